@@ -1,0 +1,55 @@
+"""The `xpyd` command line. Each subcommand lives in its own module exposing `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from xpyd_controller import __version__
+
+# Subcommand modules, each with `register(subparsers) -> None` that sets `func` on its parser.
+SUBCOMMAND_MODULES = (
+    "xpyd_controller.cli_plan",
+    "xpyd_controller.cli_simulate",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xpyd",
+        description=(
+            "Size, simulate and autoscale prefill/decode (PD) disaggregated LLM serving.\n\n"
+            "  xpyd plan       how many prefill and decode instances for this model, GPU, link, traffic\n"
+            "  xpyd simulate   replay traffic against a fleet and a policy; goodput, GPU-hours, plots\n"
+            "  xpyd version    print the version"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    version = sub.add_parser("version", help="print the xpyd version")
+    version.set_defaults(func=lambda _args: print(f"xpyd {__version__}") or 0)
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:
+                raise
+            continue  # subcommand not built yet
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    result = args.func(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

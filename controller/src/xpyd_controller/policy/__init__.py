@@ -1,0 +1,1 @@
+"""Autoscaling policies: observation in, desired pool sizes and reasons out (pure)."""

@@ -1,0 +1,1 @@
+"""Event-driven fleet simulator for co-located and PD-disaggregated serving (pure)."""

@@ -1,0 +1,1 @@
+"""The PDDeployment contract: typed models, labels and conditions shared by operator and controller."""

@@ -1,0 +1,1 @@
+"""Kopf operator that reconciles PDDeployments into instance pods, services and a router."""
