@@ -1,0 +1,161 @@
+"""Typed hardware and model descriptions the capacity model computes with.
+
+All quantities are SI: bytes, bytes/s, FLOP/s, seconds. Specs are frozen and validated once at
+construction, so the vectorised formulas downstream never re-check them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class SpecError(ValueError):
+    """A rejected input value; carries the field, the value and the rule it broke.
+
+    The CLI maps `field` to its flag name, so a message always names what the user typed.
+    """
+
+    def __init__(self, field: str, value: object, rule: str) -> None:
+        super().__init__(f"{field} = {value!r}: {rule}")
+        self.field = field
+        self.value = value
+        self.rule = rule
+
+
+def require_positive(field: str, value: float) -> None:
+    """Reject NaN, infinities, zero and negatives."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise SpecError(field, value, "must be a finite number > 0")
+
+
+def require_non_negative(field: str, value: float) -> None:
+    """Reject NaN, infinities and negatives (zero allowed)."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise SpecError(field, value, "must be a finite number >= 0")
+
+
+def require_fraction(field: str, value: float) -> None:
+    """Efficiencies are fractions of a peak: 0 < value <= 1."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= 1):
+        raise SpecError(field, value, "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A transformer as the roofline sees it.
+
+    `params` is the total parameter count (what the weights occupy and what a decode step re-reads);
+    `active_params` is the per-token compute count for mixture-of-experts models (None = dense, equal
+    to `params`). `hidden_size` None means "unknown": the prefill attention correction is then 1.
+    Set `kv_latent_dim` and `rope_dim` together for MLA (DeepSeek): one compressed latent plus the
+    decoupled RoPE key per layer replaces the per-head K and V.
+    """
+
+    params: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int | None = None
+    kv_bytes: float = 2.0  # bytes per KV-cache element (2 = bf16, 1 = fp8)
+    weight_bytes: float = 2.0  # bytes per parameter (2 = bf16, 1 = fp8)
+    kv_latent_dim: int | None = None
+    rope_dim: int | None = None
+    active_params: float | None = None
+
+    def __post_init__(self) -> None:
+        require_positive("params", self.params)
+        for name in ("layers", "kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value > 0):
+                raise SpecError(name, value, "must be an integer > 0")
+        if self.hidden_size is not None and not (isinstance(self.hidden_size, int) and self.hidden_size > 0):
+            raise SpecError("hidden_size", self.hidden_size, "must be an integer > 0 or unknown (None)")
+        require_positive("kv_bytes", self.kv_bytes)
+        require_positive("weight_bytes", self.weight_bytes)
+        if (self.kv_latent_dim is None) != (self.rope_dim is None):
+            raise SpecError(
+                "kv_latent_dim" if self.kv_latent_dim is None else "rope_dim",
+                None,
+                "MLA needs both kv_latent_dim and rope_dim (or neither, for GQA/MHA)",
+            )
+        for name in ("kv_latent_dim", "rope_dim"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and value > 0):
+                raise SpecError(name, value, "must be an integer > 0")
+        if self.active_params is not None:
+            require_positive("active_params", self.active_params)
+            if self.active_params > self.params:
+                raise SpecError("active_params", self.active_params, f"must be <= params ({self.params:g})")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_latent_dim is not None
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """GQA: 2·layers·kv_heads·head_dim·bytes (K and V); MLA: layers·(latent+rope)·bytes."""
+        if self.kv_latent_dim is not None and self.rope_dim is not None:
+            return float(self.layers * (self.kv_latent_dim + self.rope_dim) * self.kv_bytes)
+        return float(2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes)
+
+    @property
+    def weight_footprint_bytes(self) -> float:
+        """W: bytes of weights resident in HBM and re-read by every decode step."""
+        return self.params * self.weight_bytes
+
+    @property
+    def compute_params(self) -> float:
+        """Parameters touched per token (FLOPs/token ≈ 2 × this)."""
+        return self.params if self.active_params is None else self.active_params
+
+    @property
+    def attention_crossover_tokens(self) -> float | None:
+        """L* = 2P/(4·d_model·layers): the length where attention FLOPs equal the linear ones."""
+        if self.hidden_size is None:
+            return None
+        return 2 * self.compute_params / (4 * self.hidden_size * self.layers)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU: dense peak FLOP/s, HBM bandwidth and capacity, and the achieved efficiencies.
+
+    `mfu` (model FLOPs utilisation) and `mbu` (memory-bandwidth utilisation) are parameters, not
+    constants: the controller calibrates them online from measured step and prefill times.
+    """
+
+    peak_flops: float
+    hbm_bandwidth: float
+    hbm_bytes: float
+    mfu: float = 0.4
+    mbu: float = 1.0
+
+    def __post_init__(self) -> None:
+        require_positive("peak_flops", self.peak_flops)
+        require_positive("hbm_bandwidth", self.hbm_bandwidth)
+        require_positive("hbm_bytes", self.hbm_bytes)
+        require_fraction("mfu", self.mfu)
+        require_fraction("mbu", self.mbu)
+
+    @property
+    def effective_flops(self) -> float:
+        """π_eff = peak × MFU."""
+        return self.peak_flops * self.mfu
+
+    @property
+    def effective_bandwidth(self) -> float:
+        """β_eff = HBM bandwidth × MBU."""
+        return self.hbm_bandwidth * self.mbu
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """The KV-transfer path one request gets (bytes/s payload) and a fixed per-transfer setup cost."""
+
+    bandwidth: float
+    overhead: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_positive("bandwidth", self.bandwidth)
+        require_non_negative("overhead", self.overhead)
