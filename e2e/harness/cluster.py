@@ -1,0 +1,267 @@
+"""The local Kubernetes cluster for integration and e2e tests, chosen by `XPYD_CLUSTER`.
+
+- `kwok` (default): etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok, started by
+  `kwokctl --runtime binary` on 127.0.0.1 from the binaries `hack/testbin` builds. Nodes are fake: pods
+  scheduled to them become Running/Ready but run nothing.
+- `kind`: a kind cluster, where a Docker engine answers (how users and GitHub Actions run the tests).
+- `existing`: the current KUBECONFIG context, only if its name looks like a test cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e.harness.procs import free_port, kill_pid_files, wait_until
+from e2e.harness.testbin import testbin_dir
+
+PROVIDERS = ("kwok", "kind", "existing")
+# Context names that may be used by `XPYD_CLUSTER=existing`; anything else could be someone's production.
+TEST_CONTEXT_MARKERS = ("kind-", "kwok-", "minikube", "k3d-", "test", "dev", "local")
+# Node capacity of every fake node: enough for several GPU instances each.
+FAKE_NODE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or used; the message says which step and why."""
+
+
+@dataclass
+class LocalCluster:
+    """A running cluster: its kubeconfig, the binaries that drive it, and where its logs live."""
+
+    name: str
+    provider: str
+    kubeconfig: Path
+    bin_dir: Path
+    logs_dir: Path | None = None
+    nodes: list[str] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses that talk to this cluster (kubectl, the operator, helm)."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the cached kubectl against this cluster; raises ClusterError with stderr when `check` fails."""
+        result = subprocess.run(
+            [str(self.bin_dir / "kubectl"), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}"
+            )
+        return result
+
+    def dump_logs(self, tail: int = 60) -> None:
+        """Print the tail of every control-plane component's log to stderr (used when a test failed)."""
+        if self.logs_dir is None or not self.logs_dir.exists():
+            return
+        for log in sorted(self.logs_dir.glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-tail:]
+            print(f"----- {log.name} (last {len(lines)} lines) -----", file=sys.stderr)
+            print("\n".join(lines), file=sys.stderr)
+
+
+def cluster_provider() -> str:
+    provider = os.environ.get("XPYD_CLUSTER", "kwok")
+    if provider not in PROVIDERS:
+        raise ClusterError(f"XPYD_CLUSTER={provider!r} is not one of {', '.join(PROVIDERS)}")
+    return provider
+
+
+@contextlib.contextmanager
+def start_cluster(nodes: int = 3, name: str | None = None) -> Iterator[LocalCluster]:
+    """Start a cluster of the provider named by XPYD_CLUSTER; always tears it down on exit."""
+    provider = cluster_provider()
+    name = name or f"xpyd-{uuid.uuid4().hex[:8]}"
+    if provider == "kwok":
+        with _kwok_cluster(name, nodes) as cluster:
+            yield cluster
+    elif provider == "kind":
+        with _kind_cluster(name) as cluster:
+            yield cluster
+    else:
+        yield _existing_cluster()
+
+
+def _fake_node_manifest(index: int) -> dict[str, object]:
+    name = f"kwok-node-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+            },
+        },
+        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+        "status": {
+            # Loopback, never a routable address: nothing may send traffic to a fake node by accident.
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "allocatable": FAKE_NODE_ALLOCATABLE,
+            "capacity": FAKE_NODE_ALLOCATABLE,
+        },
+    }
+
+
+def _run_step(step: str, argv: Sequence[str], env: dict[str, str], timeout: float) -> str:
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise ClusterError(f"{step}: `{' '.join(argv)}` timed out after {timeout:.0f}s") from err
+    if result.returncode != 0:
+        raise ClusterError(
+            f"{step}: `{' '.join(argv)}` failed ({result.returncode}):\n{result.stderr[-3000:]}"
+        )
+    return result.stdout
+
+
+@contextlib.contextmanager
+def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
+    bin_dir = testbin_dir()
+    workdir = Path(tempfile.mkdtemp(prefix="xpyd-kwok-"))
+    env = dict(os.environ)
+    env.update(
+        KWOK_WORKDIR=str(workdir),
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",  # kwokctl shells out to kubectl
+    )
+    config = workdir / "kwokctl.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokctlConfiguration",
+                "options": {
+                    "runtime": "binary",
+                    "bindAddress": "127.0.0.1",
+                    "kubeApiserverPort": free_port(),
+                    "kubeApiserverBinary": str(bin_dir / "kube-apiserver"),
+                    "kubeControllerManagerBinary": str(bin_dir / "kube-controller-manager"),
+                    "kubeSchedulerBinary": str(bin_dir / "kube-scheduler"),
+                    "kwokControllerBinary": str(bin_dir / "kwok"),
+                    "etcdBinary": str(bin_dir / "etcd"),
+                    "kubectlBinary": str(bin_dir / "kubectl"),
+                    "cacheDir": str(workdir / "cache"),
+                },
+            }
+        )
+    )
+    cluster_dir = workdir / "clusters" / name
+    kubeconfig = cluster_dir / "kubeconfig.yaml"
+    cluster = LocalCluster(
+        name=name, provider="kwok", kubeconfig=kubeconfig, bin_dir=bin_dir, logs_dir=cluster_dir / "logs"
+    )
+    kwokctl = str(bin_dir / "kwokctl")
+    try:
+        _run_step(
+            "create the kwok cluster",
+            [
+                kwokctl,
+                "--config",
+                str(config),
+                "create",
+                "cluster",
+                "--name",
+                name,
+                "--kubeconfig",
+                str(workdir / "user-kubeconfig.yaml"),
+                "--wait",
+                "3m",
+            ],
+            env,
+            timeout=300,
+        )
+        wait_until(kubeconfig.exists, 30, f"{kubeconfig} to be written")
+        manifests = [_fake_node_manifest(i) for i in range(nodes)]
+        cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
+        )
+        cluster.nodes = [str(m["metadata"]["name"]) for m in manifests]  # type: ignore[index]
+        cluster.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=120s", timeout=150)
+        yield cluster
+    except BaseException:
+        cluster.dump_logs()
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            subprocess.run(
+                [
+                    kwokctl,
+                    "delete",
+                    "cluster",
+                    "--name",
+                    name,
+                    "--kubeconfig",
+                    str(workdir / "user-kubeconfig.yaml"),
+                ],
+                env=env,
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+        kill_pid_files(workdir)  # anything kwokctl did not stop (it detaches components with setsid)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _kind_cluster(name: str) -> Iterator[LocalCluster]:
+    kind = shutil.which("kind")
+    docker = shutil.which("docker")
+    if kind is None or docker is None:
+        raise ClusterError("XPYD_CLUSTER=kind needs `kind` and `docker` on PATH")
+    if subprocess.run([docker, "info"], capture_output=True, check=False).returncode != 0:
+        raise ClusterError("XPYD_CLUSTER=kind needs a running Docker engine (`docker info` failed)")
+    bin_dir = testbin_dir()
+    workdir = Path(tempfile.mkdtemp(prefix="xpyd-kind-"))
+    kubeconfig = workdir / "kubeconfig"
+    try:
+        _run_step(
+            "create the kind cluster",
+            [kind, "create", "cluster", "--name", name, "--kubeconfig", str(kubeconfig), "--wait", "5m"],
+            dict(os.environ),
+            timeout=600,
+        )
+        yield LocalCluster(name=name, provider="kind", kubeconfig=kubeconfig, bin_dir=bin_dir)
+    finally:
+        subprocess.run([kind, "delete", "cluster", "--name", name], capture_output=True, check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _existing_cluster() -> LocalCluster:
+    kubeconfig = Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config")))
+    bin_dir = testbin_dir()
+    probe = LocalCluster(name="existing", provider="existing", kubeconfig=kubeconfig, bin_dir=bin_dir)
+    context = probe.kubectl("config", "current-context").stdout.strip()
+    if not any(marker in context for marker in TEST_CONTEXT_MARKERS):
+        raise ClusterError(
+            f"XPYD_CLUSTER=existing refuses context {context!r}: its name must contain one of "
+            f"{', '.join(TEST_CONTEXT_MARKERS)} so tests never run against a real cluster by accident"
+        )
+    probe.name = context
+    return probe

@@ -1,0 +1,70 @@
+"""Small process utilities shared by the harness: free loopback ports, waiting, and killing by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll `condition` until it is true; raise TimeoutError naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def kill_pid(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; silently done if the process is already gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def kill_pid_files(directory: Path) -> list[int]:
+    """Kill every process named by a `*.pid` file under `directory`; returns the pids that were alive."""
+    killed = []
+    for pid_file in sorted(directory.glob("**/*.pid")):
+        try:
+            pid = int(pid_file.read_text().strip())
+        except ValueError:
+            continue
+        if pid_alive(pid):
+            kill_pid(pid)
+            killed.append(pid)
+    return killed

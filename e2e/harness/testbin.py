@@ -1,0 +1,23 @@
+"""Locates (building on first use) the cached cluster binaries made by `hack/testbin`."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TESTBIN_SCRIPT = REPO_ROOT / "hack" / "testbin"
+
+
+@functools.cache
+def testbin_dir() -> Path:
+    """Return the directory holding kube-apiserver, etcd, kwok, kwokctl, kubectl, helm and prometheus.
+
+    Runs `hack/testbin`, which is a no-op when everything is cached and a long build otherwise; its
+    progress goes to stderr so a cold first run is visibly alive.
+    """
+    result = subprocess.run([str(TESTBIN_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"hack/testbin failed with exit code {result.returncode}; see its output above")
+    return Path(result.stdout.strip().splitlines()[-1])

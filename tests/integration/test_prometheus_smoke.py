@@ -1,0 +1,50 @@
+"""The harness's Prometheus is real: it scrapes an exporter on loopback and answers PromQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from e2e.harness import PrometheusServer
+from e2e.harness.procs import wait_until
+from e2e.harness.prometheus import scrape_config
+
+pytestmark = pytest.mark.prometheus
+
+EXPORTED_VALUE = 1234.5
+
+
+class _Exporter(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f'# TYPE xpyd_smoke_value gauge\nxpyd_smoke_value{{role="decode"}} {EXPORTED_VALUE}\n'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def exporter() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_prometheus_scrapes_exporter_and_answers_promql(
+    prometheus_factory: Callable[[dict[str, Any]], PrometheusServer], exporter: str
+) -> None:
+    prom = prometheus_factory(scrape_config([exporter]))
+    wait_until(lambda: bool(prom.query("xpyd_smoke_value")), 60, "the first scrape of the exporter")
+    result = prom.query('sum by (role) (xpyd_smoke_value{job="xpyd-test"})')
+    assert [(r["metric"]["role"], float(r["value"][1])) for r in result] == [("decode", EXPORTED_VALUE)]
+    assert prom.targets_up() == 1

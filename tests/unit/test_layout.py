@@ -1,0 +1,64 @@
+"""The repository layout keeps the stdlib importable and the console script working."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_import_operator_is_the_standard_library() -> None:
+    import operator
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    # `operator` is a pure-Python stdlib module (backed by _operator); it must not be our folder.
+    assert Path(operator.__file__).resolve().parent == stdlib
+    assert operator.add(2, 3) == 5
+
+
+@pytest.mark.parametrize("folder", ["operator", "controller"])
+def test_top_level_folders_are_not_packages(folder: str) -> None:
+    assert (REPO / folder).is_dir()
+    assert not (REPO / folder / "__init__.py").exists()
+
+
+def test_packages_import_from_their_src_folders() -> None:
+    import xpyd_api
+    import xpyd_controller
+    import xpyd_operator
+
+    assert Path(xpyd_api.__file__).parent == REPO / "operator" / "src" / "xpyd_api"
+    assert Path(xpyd_operator.__file__).parent == REPO / "operator" / "src" / "xpyd_operator"
+    assert Path(xpyd_controller.__file__).parent == REPO / "controller" / "src" / "xpyd_controller"
+
+
+def _xpyd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xpyd_controller.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_version_prints_the_package_version() -> None:
+    import xpyd_controller
+
+    result = _xpyd("version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"xpyd {xpyd_controller.__version__}"
+
+
+def test_help_lists_the_subcommands() -> None:
+    result = _xpyd("--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("plan", "simulate", "version"):
+        assert command in result.stdout
+
+
+def test_no_command_prints_help_and_fails() -> None:
+    result = _xpyd()
+    assert result.returncode == 2
+    assert "usage: xpyd" in result.stdout
