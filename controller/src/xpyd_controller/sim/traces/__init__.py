@@ -1,0 +1,55 @@
+"""Request traces: the columnar `Trace`, synthetic generators and loaders for public trace files."""
+
+from xpyd_controller.sim.traces.loaders import (
+    empirical_lengths,
+    load_azure_csv,
+    load_mooncake_jsonl,
+    load_trace,
+)
+from xpyd_controller.sim.traces.records import Request, Trace, TraceError
+from xpyd_controller.sim.traces.synthetic import (
+    Constant,
+    Curve,
+    Diurnal,
+    EmpiricalLengths,
+    LengthDistribution,
+    MixDrift,
+    PiecewiseLinear,
+    Step,
+    UniformLengths,
+    counted_arrivals,
+    diurnal,
+    gamma_bursts,
+    mix_drift_day,
+    poisson,
+    renewal_arrivals,
+    step,
+    synthesize,
+)
+
+__all__ = [
+    "Constant",
+    "Curve",
+    "Diurnal",
+    "EmpiricalLengths",
+    "LengthDistribution",
+    "MixDrift",
+    "PiecewiseLinear",
+    "Request",
+    "Step",
+    "Trace",
+    "TraceError",
+    "UniformLengths",
+    "counted_arrivals",
+    "diurnal",
+    "empirical_lengths",
+    "gamma_bursts",
+    "load_azure_csv",
+    "load_mooncake_jsonl",
+    "load_trace",
+    "mix_drift_day",
+    "poisson",
+    "renewal_arrivals",
+    "step",
+    "synthesize",
+]
