@@ -20,7 +20,7 @@ import numpy.typing as npt
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 FloatArray = npt.NDArray[np.float64]
-Numeric = float | FloatArray
+Numeric = float | FloatArray | npt.NDArray[np.int64]
 
 
 def kv_bytes_per_token(model: ModelSpec) -> float:
@@ -40,10 +40,19 @@ def attention_factor(model: ModelSpec, tokens: Numeric) -> FloatArray:
     return 1.0 + length / crossover
 
 
-def prefill_seconds(model: ModelSpec, gpu: GpuSpec, tokens: Numeric, gpus: Numeric = 1) -> FloatArray:
-    """Compute-bound prefill of `tokens` on `gpus` GPUs: 2·P·L/(G·π_eff) × (1 + L/L*)."""
+def prefill_seconds(
+    model: ModelSpec, gpu: GpuSpec, tokens: Numeric, gpus: Numeric = 1, *, hit_rate: Numeric = 0.0
+) -> FloatArray:
+    """Compute-bound prefill of a `tokens`-long prompt on `gpus` GPUs: 2·P·(1−h)·L/(G·π_eff) × (1 + L/L*).
+
+    A prefix-cache hit rate `h` skips that fraction of the prompt's tokens; the uncached ones still
+    attend over the whole prompt, so the attention factor keeps the full length L.
+    """
     length = np.asarray(tokens, dtype=np.float64)
-    linear = 2.0 * model.compute_params * length / (np.asarray(gpus, dtype=np.float64) * gpu.effective_flops)
+    computed = (1.0 - np.asarray(hit_rate, dtype=np.float64)) * length
+    linear = (
+        2.0 * model.compute_params * computed / (np.asarray(gpus, dtype=np.float64) * gpu.effective_flops)
+    )
     return linear * attention_factor(model, length)
 
 

@@ -1,0 +1,470 @@
+"""xPyD sizing: how many prefill and decode instances a workload needs, and which constraint says so.
+
+`size_pools` is vectorised: every `Workload`, `Slo` and `PoolConfig` number may be a numpy array (they
+broadcast), so a 10^6-scenario sweep is one call; `Plan.as_dict()` / `Plan.reasons()` read one scenario.
+With the defaults (no length spread, no quantiles) it is exactly the lecture's xPyD formulas:
+
+- prefill: x = ⌈λ·E[S]⌉, E[S] = 2P(1−h)L_in(1 + L_in/L*)/(G_P·π_eff) (throughput sizing);
+- decode: C = λ(TTFT + L_out·TPOT), B_cap = min(KV-capacity bound, TPOT bound), y = ⌈C / B_cap⌉;
+- transfer: T = L·kv/BW + overhead, kv_max, overlap 2P/π_eff ≥ kv/BW, exposed T/n_layers, λ·L·kv;
+- L_thresh = O_fixed / (2P/(k_P·π_eff) − kv/BW).
+
+Beyond the seeds (opt-in through `Slo`): `ttft_quantile` sizes prefill so the TTFT quantile *with
+queueing* meets the SLO (M/G/x, see `queueing`); `context_quantile` sizes the decode batch so that
+quantile of the batch's total resident KV fits (normal approximation over the length spread).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from statistics import NormalDist
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from xpyd_controller.model.queueing import IntArray, mean_wait, min_servers_for_wait_quantile, wait_quantile
+from xpyd_controller.model.roofline import (
+    FloatArray,
+    Numeric,
+    attention_factor,
+    decode_step_seconds,
+    kv_transfer_seconds,
+    prefill_seconds,
+)
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
+
+BoolArray = npt.NDArray[np.bool_]
+AnyScalar = TypeVar("AnyScalar", bound=np.generic)
+
+
+def _validated(field: str, value: Numeric, rule: str, ok: Callable[[FloatArray], BoolArray]) -> FloatArray:
+    """`value` as a float array, or a SpecError naming the first element that breaks `rule`."""
+    array = np.asarray(value, dtype=np.float64)
+    bad = ~ok(array)
+    if bad.any():
+        raise SpecError(field, float(array[bad].flat[0]), rule)
+    return array
+
+
+def _positive(field: str, value: Numeric) -> FloatArray:
+    return _validated(field, value, "must be a finite number > 0", lambda a: np.isfinite(a) & (a > 0))
+
+
+def _non_negative(field: str, value: Numeric) -> FloatArray:
+    return _validated(field, value, "must be a finite number >= 0", lambda a: np.isfinite(a) & (a >= 0))
+
+
+def _whole(field: str, value: Numeric) -> FloatArray:
+    return _validated(
+        field, value, "must be a whole number >= 1", lambda a: np.isfinite(a) & (a >= 1) & (a == np.round(a))
+    )
+
+
+def _quantile(field: str, value: float | None) -> None:
+    if value is not None and not (isinstance(value, int | float) and 0.5 <= value < 1):
+        raise SpecError(field, value, "must be in [0.5, 1) (or unset for mean sizing)")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Arrival rate (requests/s), mean input/output lengths (tokens), prefix hit rate, length spread.
+
+    `isl_std`/`osl_std` (standard deviations, tokens) are 0 when only means are known; then every
+    formula is the seeds' mean-value one.
+    """
+
+    rate: Numeric
+    isl: Numeric
+    osl: Numeric
+    hit_rate: Numeric = 0.0
+    isl_std: Numeric = 0.0
+    osl_std: Numeric = 0.0
+
+    def __post_init__(self) -> None:
+        _non_negative("rate", self.rate)
+        _positive("isl", self.isl)
+        _positive("osl", self.osl)
+        _validated("hit_rate", self.hit_rate, "must be in [0, 1)", lambda a: (a >= 0) & (a < 1))
+        _non_negative("isl_std", self.isl_std)
+        _non_negative("osl_std", self.osl_std)
+
+    @classmethod
+    def from_samples(
+        cls, rate: float, input_tokens: Numeric, output_tokens: Numeric, hit_rate: float = 0.0
+    ) -> Workload:
+        """Means and spreads from observed request lengths."""
+        inputs = _positive("isl", input_tokens)
+        outputs = _positive("osl", output_tokens)
+        return cls(
+            rate=rate,
+            isl=float(inputs.mean()),
+            osl=float(outputs.mean()),
+            hit_rate=hit_rate,
+            isl_std=float(inputs.std()),
+            osl_std=float(outputs.std()),
+        )
+
+
+def std_from_quantile(mean: float, value: float, quantile: float) -> float:
+    """A standard deviation implied by a mean and one upper quantile (e.g. p90), assuming normality.
+
+    Lets a controller that scrapes a mean and a p90 length feed the distribution-aware sizing.
+    """
+    _quantile("quantile", quantile)
+    return max(0.0, (value - mean) / NormalDist().inv_cdf(quantile))
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency targets (seconds) and how strictly to size for them.
+
+    `transfer_budget`: the part of TTFT allowed for the serialized KV transfer (None = all of it).
+    `ttft_quantile`: None sizes prefill for throughput only (the seeds); q sizes it so that the
+    q-quantile TTFT including queueing meets `ttft`. `context_quantile`: None sizes the decode batch
+    on mean context (the seeds); q sizes it so the batch's KV stays within bounds with probability q.
+    """
+
+    ttft: Numeric
+    tpot: Numeric
+    transfer_budget: Numeric | None = None
+    ttft_quantile: float | None = None
+    context_quantile: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive("ttft", self.ttft)
+        _positive("tpot", self.tpot)
+        if self.transfer_budget is not None:
+            _positive("transfer_budget", self.transfer_budget)
+        _quantile("ttft_quantile", self.ttft_quantile)
+        _quantile("context_quantile", self.context_quantile)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """GPUs per instance on each side and fixed overheads (seconds): per decode step, per remote prefill."""
+
+    prefill_gpus: Numeric = 1
+    decode_gpus: Numeric = 1
+    step_overhead: Numeric = 0.0
+    remote_overhead: Numeric = 0.0
+
+    def __post_init__(self) -> None:
+        _whole("prefill_gpus", self.prefill_gpus)
+        _whole("decode_gpus", self.decode_gpus)
+        _non_negative("step_overhead", self.step_overhead)
+        _non_negative("remote_overhead", self.remote_overhead)
+
+
+# Keys of `Plan.as_dict()` that DESIGN.md fixes for `xpyd plan --json`; tests hold the output to them.
+JSON_KEYS = (
+    "kv_bytes_per_token",
+    "prefill_seconds",
+    "attention_factor",
+    "decode_step_seconds",
+    "decode_batch_cap",
+    "decode_batch_bound",
+    "concurrency",
+    "prefill_instances",
+    "decode_instances",
+    "transfer_seconds",
+    "exposed_transfer_seconds",
+    "overlap_feasible",
+    "kv_max_bytes_per_token",
+    "transfer_feasible",
+    "link_demand_bytes_per_second",
+    "local_prefill_threshold_tokens",
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes, predictions and feasibility of every scenario (arrays broadcast from the inputs).
+
+    Infinite values mean "never" (a saturated pool's wait, a local-prefill threshold that remote prefill
+    never beats); `as_dict` turns them into null. Infeasible scenarios have 0 instances on the side
+    that cannot be built, `feasible` False and their reasons in `reasons()`.
+    """
+
+    kv_bytes_per_token: float
+    prefill_seconds: FloatArray  # mean prompt on one prefill instance, hit rate applied
+    attention_factor: FloatArray
+    prefill_load: FloatArray  # λ·E[S]: busy prefill instances needed on average
+    prefill_instances: IntArray
+    prefill_binding: npt.NDArray[np.str_]  # "throughput" | "ttft_quantile"
+    prefill_utilisation: FloatArray
+    predicted_ttft_seconds: FloatArray  # quantile (or mean) TTFT: wait + prefill + exposed transfer + step
+    ttft_floor_seconds: FloatArray  # prefill + exposed transfer + one decode step, no queueing
+    ttft_slo_seconds: FloatArray
+    tpot_slo_seconds: FloatArray
+    concurrency: FloatArray
+    decode_context_tokens: FloatArray  # mean resident context per batch slot
+    decode_batch_cap: IntArray
+    decode_batch_bound: npt.NDArray[np.str_]  # "kv_capacity" | "tpot_bandwidth" | "tpot_compute"
+    decode_kv_capacity_cap: IntArray
+    decode_tpot_cap: IntArray
+    decode_instances: IntArray
+    decode_step_seconds: FloatArray  # at the operating batch C/y: the predicted TPOT
+    tpot_floor_seconds: FloatArray  # step overhead + weight read W/β: TPOT at batch → 0
+    prefill_weights_fit: BoolArray  # weights W < prefill GPUs × HBM
+    decode_weights_fit: BoolArray  # weights W < decode GPUs × HBM (the rest holds KV)
+    transfer_seconds: FloatArray
+    transfer_budget_seconds: FloatArray
+    exposed_transfer_seconds: FloatArray
+    overlap_feasible: BoolArray
+    kv_max_bytes_per_token: FloatArray
+    transfer_feasible: BoolArray
+    link_demand_bytes_per_second: FloatArray
+    link_capacity_bytes_per_second: FloatArray
+    local_prefill_threshold_tokens: FloatArray
+    decode_prefill_ratio: FloatArray  # the article's D/P = E[N_out]·t_step(c)/(c·E[t_p]) at c = B_cap
+    prefill_gpus: FloatArray
+    decode_gpus: FloatArray
+
+    @property
+    def ttft_feasible(self) -> BoolArray:
+        return np.asarray(self.prefill_weights_fit & (self.predicted_ttft_seconds <= self.ttft_slo_seconds))
+
+    @property
+    def decode_feasible(self) -> BoolArray:
+        return np.asarray(self.decode_weights_fit & (self.decode_batch_cap >= 1))
+
+    @property
+    def link_feasible(self) -> BoolArray:
+        return np.asarray(self.link_demand_bytes_per_second <= self.link_capacity_bytes_per_second)
+
+    @property
+    def total_gpus(self) -> FloatArray:
+        result: FloatArray = (
+            self.prefill_instances * self.prefill_gpus + self.decode_instances * self.decode_gpus
+        )
+        return result
+
+    def as_dict(self, index: int | tuple[int, ...] = ()) -> dict[str, object]:
+        """One scenario as JSON-ready Python values (infinities become None)."""
+        out: dict[str, object] = {}
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            out[spec.name] = _plain(value if np.ndim(value) == 0 else np.asarray(value)[index])
+        for name in ("ttft_feasible", "decode_feasible", "link_feasible", "total_gpus"):
+            out[name] = _plain(np.asarray(getattr(self, name))[index])
+        out["feasible"] = bool(
+            out["ttft_feasible"]
+            and out["decode_feasible"]
+            and out["transfer_feasible"]
+            and out["link_feasible"]
+        )
+        return out
+
+
+def _plain(value: object) -> object:
+    """numpy scalar → Python scalar; ±inf and NaN → None (JSON has no infinity)."""
+    item = value.item() if isinstance(value, np.generic | np.ndarray) else value
+    if isinstance(item, float) and not math.isfinite(item):
+        return None
+    return item
+
+
+def _batch_within(token_budget: FloatArray, mean: FloatArray, spread: FloatArray, z: float) -> IntArray:
+    """Largest B with B·mean + z·spread·√B ≤ token_budget (0 when the budget is not positive)."""
+    with np.errstate(invalid="ignore"):
+        root = (-z * spread + np.sqrt((z * spread) ** 2 + 4 * mean * np.maximum(token_budget, 0))) / (
+            2 * mean
+        )
+    return np.floor(root**2 * (1 + 1e-12)).astype(np.int64)
+
+
+def _slot_context_moments(
+    isl: FloatArray, osl: FloatArray, isl_std: FloatArray, osl_std: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Mean and std of the resident context of one decode batch slot.
+
+    A slot holds a request at a uniformly random point of its output, and requests stay in proportion
+    to their output length (length-biased): E = L_in + E[L_out²]/(2E[L_out]), which is the seeds'
+    L_in + L_out/2 when lengths do not vary. Third moments assume normal lengths.
+    """
+    out_second = osl**2 + osl_std**2
+    out_third = osl**3 + 3 * osl * osl_std**2
+    mean = isl + out_second / (2 * osl)
+    second = isl**2 + isl_std**2 + isl * out_second / osl + out_third / (3 * osl)
+    return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
+
+
+def _prefill_service_moments(
+    model: ModelSpec, gpu: GpuSpec, workload_arrays: dict[str, FloatArray], gpus: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Mean and squared coefficient of variation of one request's prefill time on one instance.
+
+    S = κ(1−h)(L + L²/L*) for a normal prompt length L (mean μ, std σ); without L*, S = κ(1−h)L.
+    """
+    mu, sigma = workload_arrays["isl"], workload_arrays["isl_std"]
+    kappa = 2 * model.compute_params * (1 - workload_arrays["hit_rate"]) / (gpus * gpu.effective_flops)
+    m2 = mu**2 + sigma**2
+    crossover = model.attention_crossover_tokens
+    if crossover is None:
+        return kappa * mu, sigma**2 / mu**2
+    m3 = mu**3 + 3 * mu * sigma**2
+    m4 = mu**4 + 6 * mu**2 * sigma**2 + 3 * sigma**4
+    mean_work = mu + m2 / crossover
+    second_work = m2 + 2 * m3 / crossover + m4 / crossover**2
+    return kappa * mean_work, second_work / mean_work**2 - 1
+
+
+def dp_ratio(
+    output_tokens: Numeric, step_seconds: Numeric, batch: Numeric, prefill_seconds: Numeric
+) -> FloatArray:
+    """The article's decode/prefill GPU ratio D/P = E[N_out]·t_step(c) / (c·E[t_p])."""
+    result: FloatArray = (
+        np.asarray(output_tokens, np.float64)
+        * np.asarray(step_seconds, np.float64)
+        / (np.asarray(batch, np.float64) * np.asarray(prefill_seconds, np.float64))
+    )
+    return result
+
+
+def size_pools(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    link: LinkSpec,
+    workload: Workload,
+    slo: Slo,
+    *,
+    pools: PoolConfig | None = None,
+) -> Plan:
+    """Size both pools for every scenario in the (broadcast) inputs; see the module docstring."""
+    pools = pools or PoolConfig()
+    arrays = {
+        name: np.asarray(getattr(workload, name), np.float64)
+        for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
+    }
+    rate, isl, osl, hit = arrays["rate"], arrays["isl"], arrays["osl"], arrays["hit_rate"]
+    ttft_slo = np.asarray(slo.ttft, np.float64)
+    tpot_slo = np.asarray(slo.tpot, np.float64)
+    budget = ttft_slo if slo.transfer_budget is None else np.asarray(slo.transfer_budget, np.float64)
+    g_p = np.asarray(pools.prefill_gpus, np.float64)
+    g_d = np.asarray(pools.decode_gpus, np.float64)
+    step_overhead = np.asarray(pools.step_overhead, np.float64)
+    kv = model.kv_bytes_per_token
+    weights = model.weight_footprint_bytes
+
+    # KV handoff of the mean prompt (the decode side needs the whole prompt's KV, cached part included).
+    prompt_prefill = prefill_seconds(model, gpu, isl, g_p, hit_rate=hit)
+    transfer = kv_transfer_seconds(model, link, isl)
+    wire = transfer - link.overhead
+    exposed = link.overhead + np.maximum(
+        wire / model.layers, wire - (model.layers - 1) / model.layers * prompt_prefill
+    )
+    per_token_compute = 2 * model.compute_params / (g_p * gpu.effective_flops)
+    per_token_wire = kv / link.bandwidth
+    with np.errstate(divide="ignore"):
+        threshold = np.where(
+            per_token_compute > per_token_wire,
+            np.asarray(pools.remote_overhead, np.float64) / (per_token_compute - per_token_wire),
+            np.inf,
+        )
+
+    # Decode: concurrency by Little's law, batch cap from KV capacity and the TPOT roofline.
+    concurrency = rate * (ttft_slo + osl * tpot_slo)
+    slot_mean, slot_std = _slot_context_moments(isl, osl, arrays["isl_std"], arrays["osl_std"])
+    z_context = 0.0 if slo.context_quantile is None else NormalDist().inv_cdf(slo.context_quantile)
+    step_budget = tpot_slo - step_overhead
+    kv_cap = _batch_within((g_d * gpu.hbm_bytes - weights) / kv, slot_mean, slot_std, z_context)
+    bandwidth_cap = _batch_within(
+        (step_budget * g_d * gpu.effective_bandwidth - weights) / kv, slot_mean, slot_std, z_context
+    )
+    compute_cap = np.floor(
+        np.maximum(step_budget, 0) * g_d * gpu.effective_flops / (2 * model.compute_params) * (1 + 1e-12)
+    ).astype(np.int64)
+    tpot_cap = np.minimum(bandwidth_cap, compute_cap)
+    batch_cap = np.minimum(kv_cap, tpot_cap)
+    bound = np.where(
+        kv_cap <= tpot_cap,
+        "kv_capacity",
+        np.where(bandwidth_cap <= compute_cap, "tpot_bandwidth", "tpot_compute"),
+    )
+    decode_weights_fit = weights < g_d * gpu.hbm_bytes
+    decode_ok = decode_weights_fit & (batch_cap >= 1)
+    decode_instances = np.where(decode_ok, np.ceil(concurrency / np.maximum(batch_cap, 1)), 0).astype(
+        np.int64
+    )
+    operating_batch = np.where(decode_instances > 0, concurrency / np.maximum(decode_instances, 1), 0.0)
+    step = decode_step_seconds(model, gpu, operating_batch, slot_mean, gpus=g_d, step_overhead=step_overhead)
+    tpot_floor = step_overhead + weights / (g_d * gpu.effective_bandwidth)
+    step_at_cap = decode_step_seconds(
+        model, gpu, np.maximum(batch_cap, 1), slot_mean, gpus=g_d, step_overhead=step_overhead
+    )
+
+    # Prefill: throughput sizing, or the TTFT quantile with queueing when asked.
+    mean_service, service_cv2 = _prefill_service_moments(model, gpu, arrays, g_p)
+    load = rate * mean_service
+    throughput_instances = np.ceil(load).astype(np.int64)
+    fixed_latency = exposed + step
+    if slo.ttft_quantile is None:
+        instances = throughput_instances
+        binding = np.full(np.shape(instances), "throughput")
+        service_part = mean_service
+        wait = mean_wait(instances, load, mean_service, service_cv2)
+    else:
+        z_ttft = NormalDist().inv_cdf(slo.ttft_quantile)
+        long_prompt = isl + z_ttft * arrays["isl_std"]
+        service_part = prefill_seconds(model, gpu, long_prompt, g_p, hit_rate=hit)
+        wait_budget = ttft_slo - service_part - fixed_latency
+        queued = min_servers_for_wait_quantile(
+            load, mean_service, service_cv2, slo.ttft_quantile, wait_budget
+        )
+        instances = np.maximum(throughput_instances, queued)
+        binding = np.where(queued > throughput_instances, "ttft_quantile", "throughput")
+        wait = wait_quantile(instances, load, mean_service, service_cv2, slo.ttft_quantile)
+    ttft_floor = service_part + fixed_latency
+    predicted_ttft = wait + ttft_floor
+    with np.errstate(divide="ignore", invalid="ignore"):
+        utilisation = np.where(instances > 0, load / np.maximum(instances, 1), 0.0)
+
+    inputs = [*arrays.values(), ttft_slo, tpot_slo, budget, g_p, g_d, step_overhead, threshold]
+    shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
+
+    def full(array: npt.NDArray[AnyScalar]) -> npt.NDArray[AnyScalar]:
+        return np.broadcast_to(array, shape)
+
+    return Plan(
+        kv_bytes_per_token=kv,
+        prefill_seconds=full(prompt_prefill),
+        attention_factor=full(attention_factor(model, isl)),
+        prefill_load=full(load),
+        prefill_instances=full(instances),
+        prefill_binding=full(binding),
+        prefill_utilisation=full(utilisation),
+        predicted_ttft_seconds=full(predicted_ttft),
+        ttft_floor_seconds=full(ttft_floor),
+        ttft_slo_seconds=full(ttft_slo),
+        tpot_slo_seconds=full(tpot_slo),
+        concurrency=full(concurrency),
+        decode_context_tokens=full(slot_mean),
+        decode_batch_cap=full(np.maximum(batch_cap, 0)),
+        decode_batch_bound=full(bound),
+        decode_kv_capacity_cap=full(np.maximum(kv_cap, 0)),
+        decode_tpot_cap=full(np.maximum(tpot_cap, 0)),
+        decode_instances=full(decode_instances),
+        decode_step_seconds=full(step),
+        tpot_floor_seconds=full(tpot_floor),
+        prefill_weights_fit=full(np.asarray(weights < g_p * gpu.hbm_bytes)),
+        decode_weights_fit=full(decode_weights_fit),
+        transfer_seconds=full(transfer),
+        transfer_budget_seconds=full(budget),
+        exposed_transfer_seconds=full(exposed),
+        overlap_feasible=full(np.asarray(per_token_compute >= per_token_wire)),
+        kv_max_bytes_per_token=full((budget - link.overhead) * link.bandwidth / isl),
+        transfer_feasible=full(transfer <= budget),
+        link_demand_bytes_per_second=full(rate * isl * kv),
+        link_capacity_bytes_per_second=full(
+            link.bandwidth * np.minimum(instances * g_p, decode_instances * g_d)
+        ),
+        local_prefill_threshold_tokens=full(threshold),
+        decode_prefill_ratio=full(
+            np.where(decode_ok, dp_ratio(osl, step_at_cap, np.maximum(batch_cap, 1), prompt_prefill), 0.0)
+        ),
+        prefill_gpus=full(g_p),
+        decode_gpus=full(g_d),
+    )

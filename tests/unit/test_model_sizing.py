@@ -1,0 +1,243 @@
+"""xPyD sizing: the seeds' formulas by hand, their published numbers, and the beyond-the-seeds options."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.roofline import decode_step_seconds, prefill_seconds
+from xpyd_controller.model.sizing import (
+    JSON_KEYS,
+    PoolConfig,
+    Slo,
+    Workload,
+    dp_ratio,
+    size_pools,
+    std_from_quantile,
+)
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
+
+LLAMA_8B = MODEL_PRESETS["llama-3.1-8b"]
+LLAMA_70B = MODEL_PRESETS["llama-3.1-70b"]
+H100 = GPU_PRESETS["h100-sxm"]
+H200 = GPU_PRESETS["h200"]
+IB = LINK_PRESETS["ib-400g"]
+LECTURE_SLO = Slo(ttft=2.0, tpot=0.05, transfer_budget=0.2)  # the lecture's 2 s TTFT, 200 ms budget
+
+ARTICLE_MODEL = ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128)
+ARTICLE_GPU = GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9, mfu=0.4)
+
+
+def plan_8b(**workload: float) -> dict[str, object]:
+    return size_pools(
+        LLAMA_8B, H100, IB, Workload(**{"rate": 10, "isl": 4096, "osl": 256, **workload}), LECTURE_SLO
+    ).as_dict()
+
+
+def test_article_decode_prefill_ratio() -> None:
+    # (280 × 9.8 ms / 30) / 172 ms = 0.53: E[N_out] = 280 (U[80, 480]), c = 30, E[t_p] at 4250 tokens.
+    step = decode_step_seconds(ARTICLE_MODEL, ARTICLE_GPU, 30, 0, step_overhead=5e-3)
+    ratio = dp_ratio(280, step, 30, prefill_seconds(ARTICLE_MODEL, ARTICLE_GPU, 4250))
+    assert float(ratio) == pytest.approx(0.53, abs=0.005)
+
+
+def test_json_keys_fixed_by_design_are_present() -> None:
+    assert set(JSON_KEYS) <= set(plan_8b())
+
+
+def test_prefill_instances_follow_the_lecture_formula() -> None:
+    plan = plan_8b(rate=7.0, hit_rate=0.25)
+    crossover = 2 * LLAMA_8B.params / (4 * 4096 * 32)
+    supply = H100.effective_flops / (2 * LLAMA_8B.params * (1 + 4096 / crossover))
+    assert plan["prefill_instances"] == math.ceil(7.0 * 0.75 * 4096 / supply)
+    assert plan["prefill_binding"] == "throughput"
+
+
+def test_caching_is_capacity_45_vs_444() -> None:
+    # The lecture's "45 vs 444 GPUs" at a 90 % hit rate, reconstructed: pick the rate whose cache-free
+    # prefill load is 443.5 busy GPUs; a 0.9 hit rate leaves 44.35 → 45.
+    mean_service = float(prefill_seconds(LLAMA_8B, H100, 4096))
+    rate = 443.5 / mean_service
+    assert plan_8b(rate=rate)["prefill_instances"] == 444
+    assert plan_8b(rate=rate, hit_rate=0.9)["prefill_instances"] == 45
+
+
+def test_decode_batch_cap_by_hand() -> None:
+    plan = plan_8b(rate=10.0)
+    kv = 128 * 1024
+    context = 4096 + 256 / 2
+    weights = LLAMA_8B.params * 2
+    kv_bound = math.floor((80e9 - weights) / (kv * context))
+    tpot_bound = math.floor((0.05 - weights / 3.35e12) * 3.35e12 / (kv * context))
+    assert plan["decode_kv_capacity_cap"] == kv_bound
+    assert plan["decode_tpot_cap"] == tpot_bound
+    assert plan["decode_batch_cap"] == min(kv_bound, tpot_bound)
+    assert plan["decode_batch_bound"] == ("kv_capacity" if kv_bound <= tpot_bound else "tpot_bandwidth")
+    concurrency = 10.0 * (2.0 + 256 * 0.05)
+    assert plan["concurrency"] == pytest.approx(concurrency)
+    assert plan["decode_instances"] == math.ceil(concurrency / min(kv_bound, tpot_bound))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "tpot", "bound"),
+    [
+        (H100, 0.05, "kv_capacity"),  # 80 GB fills up before 50 ms of reads
+        (H200, 0.012, "tpot_bandwidth"),  # 141 GB, but only 12 ms per step
+    ],
+)
+def test_binding_decode_bound(gpu: GpuSpec, tpot: float, bound: str) -> None:
+    plan = size_pools(LLAMA_8B, gpu, IB, Workload(rate=10, isl=4096, osl=256), Slo(ttft=2.0, tpot=tpot))
+    assert plan.as_dict()["decode_batch_bound"] == bound
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens", "feasible"),
+    [
+        (LLAMA_70B, 8 * 1024, True),  # lecture: GQA-70B crosses the (50 GB/s, 200 ms) line
+        (LLAMA_70B, 32 * 1024, False),  # between 8K and 32K
+        (MODEL_PRESETS["deepseek-v3"], 128 * 1024, True),  # MLA survives to 128K
+        (MODEL_PRESETS["deepseek-v3"], 1024 * 1024, False),  # at 1M even MLA needs NVLink
+    ],
+)
+def test_lecture_transfer_feasible_region(model: ModelSpec, tokens: int, feasible: bool) -> None:
+    plan = size_pools(
+        model, H100, IB, Workload(rate=1, isl=tokens, osl=128), Slo(ttft=30, tpot=0.1, transfer_budget=0.2)
+    )
+    row = plan.as_dict()
+    assert row["transfer_feasible"] is feasible
+    assert (model.kv_bytes_per_token <= row["kv_max_bytes_per_token"]) is feasible  # type: ignore[operator]
+
+
+def test_lecture_128k_70b_link_demand() -> None:
+    # "At 128K context, one GQA-70B request per second already demands ≈ 43 GB/s" (decimal GB).
+    plan = size_pools(LLAMA_70B, H100, IB, Workload(rate=1, isl=128 * 1024, osl=128), Slo(ttft=300, tpot=0.1))
+    assert plan.as_dict()["link_demand_bytes_per_second"] == pytest.approx(43e9, rel=0.01)
+
+
+def test_lecture_exposed_transfer_after_pipelining() -> None:
+    # 8B at 32K over PCIe: 67 ms serialized, overlap holds, exposed ≈ 67/32 ≈ 2 ms.
+    plan = size_pools(
+        LLAMA_8B, H100, LINK_PRESETS["pcie5"], Workload(rate=1, isl=32768, osl=128), Slo(ttft=30, tpot=0.1)
+    )
+    row = plan.as_dict()
+    assert row["overlap_feasible"] is True
+    assert row["transfer_seconds"] == pytest.approx(0.067, rel=0.01)
+    assert row["exposed_transfer_seconds"] == pytest.approx(0.067 / 32, rel=0.01)
+
+
+def test_exposed_transfer_when_the_link_is_the_bottleneck() -> None:
+    slow = LinkSpec(bandwidth=1e9)
+    plan = size_pools(
+        LLAMA_8B, H100, slow, Workload(rate=1, isl=8192, osl=128), Slo(ttft=30, tpot=0.1)
+    ).as_dict()
+    assert plan["overlap_feasible"] is False
+    wire = 8192 * 128 * 1024 / 1e9
+    expected = wire - 31 / 32 * float(prefill_seconds(LLAMA_8B, H100, 8192))
+    assert plan["exposed_transfer_seconds"] == pytest.approx(expected)
+
+
+def test_local_prefill_threshold() -> None:
+    pools = PoolConfig(prefill_gpus=2, remote_overhead=0.02)
+    plan = size_pools(
+        LLAMA_8B, H100, IB, Workload(rate=1, isl=1024, osl=128), LECTURE_SLO, pools=pools
+    ).as_dict()
+    expected = 0.02 / (2 * LLAMA_8B.params / (2 * H100.effective_flops) - 128 * 1024 / 50e9)
+    assert plan["local_prefill_threshold_tokens"] == pytest.approx(expected)
+
+
+def test_no_threshold_when_the_wire_is_slower_than_compute() -> None:
+    crawl = LinkSpec(bandwidth=1e6)
+    plan = size_pools(
+        LLAMA_8B,
+        H100,
+        crawl,
+        Workload(rate=1, isl=1024, osl=128),
+        LECTURE_SLO,
+        pools=PoolConfig(remote_overhead=0.02),
+    )
+    assert plan.as_dict()["local_prefill_threshold_tokens"] is None
+
+
+def test_weights_that_do_not_fit_are_infeasible_not_nan() -> None:
+    row = size_pools(LLAMA_70B, H100, IB, Workload(rate=5, isl=4096, osl=256), LECTURE_SLO).as_dict()
+    assert row["decode_weights_fit"] is False
+    assert row["prefill_weights_fit"] is False
+    assert row["decode_instances"] == 0
+    assert row["feasible"] is False
+    two = size_pools(
+        LLAMA_70B, H100, IB, Workload(rate=5, isl=4096, osl=256), LECTURE_SLO, pools=PoolConfig(2, 2)
+    ).as_dict()
+    assert two["decode_weights_fit"] is True
+    assert two["decode_instances"] > 0  # type: ignore[operator]
+
+
+def test_zero_traffic_is_zero_demand() -> None:
+    row = plan_8b(rate=0.0)
+    assert row["prefill_instances"] == 0
+    assert row["decode_instances"] == 0
+    assert row["ttft_feasible"] is True
+
+
+def test_ttft_quantile_adds_instances_where_throughput_sizing_saturates() -> None:
+    slo = Slo(ttft=1.0, tpot=0.05, ttft_quantile=0.9)
+    rates = np.linspace(1, 60, 40)
+    mean = size_pools(LLAMA_8B, H100, IB, Workload(rate=rates, isl=4096, osl=256), Slo(ttft=1.0, tpot=0.05))
+    queued = size_pools(LLAMA_8B, H100, IB, Workload(rate=rates, isl=4096, osl=256), slo)
+    assert np.all(queued.prefill_instances >= mean.prefill_instances)
+    assert np.any(queued.prefill_instances > mean.prefill_instances)
+    assert np.all(queued.predicted_ttft_seconds <= 1.0)
+    assert np.any(mean.predicted_ttft_seconds > 1.0)  # the seeds' pool meets throughput, misses the SLO
+    assert set(np.unique(queued.prefill_binding)) == {"throughput", "ttft_quantile"}
+
+
+def test_context_quantile_shrinks_the_batch_cap() -> None:
+    workload = Workload(rate=10, isl=4096, osl=256, isl_std=2000, osl_std=120)
+    mean = size_pools(LLAMA_8B, H100, IB, workload, LECTURE_SLO).as_dict()
+    tail = size_pools(LLAMA_8B, H100, IB, workload, Slo(ttft=2.0, tpot=0.05, context_quantile=0.99)).as_dict()
+    assert tail["decode_batch_cap"] < mean["decode_batch_cap"]  # type: ignore[operator]
+
+
+def test_length_spread_makes_slots_longer() -> None:
+    # Long outputs stay in the batch longer (length-biased): E = L_in + E[L_out²]/(2·E[L_out]).
+    row = size_pools(
+        LLAMA_8B, H100, IB, Workload(rate=1, isl=1000, osl=200, osl_std=100), LECTURE_SLO
+    ).as_dict()
+    assert row["decode_context_tokens"] == pytest.approx(1000 + (200**2 + 100**2) / 400)
+
+
+def test_vectorised_sweep_matches_scalar_calls() -> None:
+    rates = np.array([0.5, 3.0, 17.0])
+    sweep = size_pools(LLAMA_8B, H100, IB, Workload(rate=rates, isl=4096, osl=256), LECTURE_SLO)
+    for i, rate in enumerate(rates):
+        assert sweep.as_dict(i) == plan_8b(rate=float(rate))
+
+
+def test_from_samples_and_std_from_quantile() -> None:
+    workload = Workload.from_samples(2.0, np.array([100.0, 300.0]), np.array([10.0, 30.0]))
+    assert (workload.isl, workload.isl_std, workload.osl, workload.osl_std) == (200.0, 100.0, 20.0, 10.0)
+    assert std_from_quantile(100.0, 100.0 + 1.2815515655446004, 0.9) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "value"),
+    [
+        (lambda: Workload(rate=-1, isl=1, osl=1), "rate", -1.0),
+        (lambda: Workload(rate=float("nan"), isl=1, osl=1), "rate", None),
+        (lambda: Workload(rate=1, isl=np.array([10.0, 0.0]), osl=1), "isl", 0.0),
+        (lambda: Workload(rate=1, isl=1, osl=1, hit_rate=1.0), "hit_rate", 1.0),
+        (lambda: Slo(ttft=0, tpot=0.05), "ttft", 0.0),
+        (lambda: Slo(ttft=1, tpot=0.05, ttft_quantile=1.0), "ttft_quantile", 1.0),
+        (lambda: PoolConfig(prefill_gpus=1.5), "prefill_gpus", 1.5),
+        (lambda: PoolConfig(step_overhead=-0.001), "step_overhead", -0.001),
+    ],
+)
+def test_invalid_inputs_name_field_value_and_rule(build: object, field: str, value: float | None) -> None:
+    with pytest.raises(SpecError) as caught:
+        build()  # type: ignore[operator]
+    assert caught.value.field == field
+    if value is not None:
+        assert caught.value.value == value
+    assert "must" in caught.value.rule
