@@ -1,0 +1,207 @@
+"""What the fleet simulator simulates: hardware, fleet shape, realism switches, SLOs and traffic.
+
+Everything is a frozen dataclass validated at construction, so the event loop never re-checks input.
+Defaults reproduce the seed article's idealised fleet; each realism switch is off until set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
+
+Mode = Literal["colocated", "disagg"]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class SimConfigError(ValueError):
+    """A rejected simulator input, naming the field, the value and the rule it broke."""
+
+    def __init__(self, field_name: str, value: object, rule: str) -> None:
+        super().__init__(f"{field_name} = {value!r}: {rule}")
+        self.field = field_name
+        self.value = value
+        self.rule = rule
+
+
+def _require(condition: bool, field_name: str, value: object, rule: str) -> None:
+    if not condition:
+        raise SimConfigError(field_name, value, rule)
+
+
+def _finite_at_least(field_name: str, value: float, low: float) -> None:
+    ok = isinstance(value, int | float) and math.isfinite(value) and value >= low
+    _require(ok, field_name, value, f"must be a finite number >= {low:g}")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Model, GPU and link the capacity model's roofline times; `prefill_chunks` splits co-located prefill."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    link: LinkSpec
+    step_overhead_s: float = 0.0
+    prefill_chunks: int = 4
+    gpus_per_instance: int = 1
+
+    def __post_init__(self) -> None:
+        _finite_at_least("step_overhead_s", self.step_overhead_s, 0.0)
+        _require(
+            isinstance(self.prefill_chunks, int) and self.prefill_chunks >= 1,
+            "prefill_chunks",
+            self.prefill_chunks,
+            "must be an integer >= 1",
+        )
+        _require(
+            isinstance(self.gpus_per_instance, int) and self.gpus_per_instance >= 1,
+            "gpus_per_instance",
+            self.gpus_per_instance,
+            "must be an integer >= 1",
+        )
+
+
+@dataclass(frozen=True)
+class Realism:
+    """Switches beyond the seed's idealised fleet; the defaults turn every one of them off.
+
+    - `kv_capacity`: decode (and co-located) instances admit a request only if its prompt+output KV
+      fits in `kv_memory_fraction` of the HBM left after the weights; others wait (backpressure).
+    - `shared_link_bandwidth`: all concurrent KV transfers share this many bytes/s (processor
+      sharing), each also capped by the per-request link bandwidth. None = no contention.
+    - `layerwise_transfer`: the transfer streams while the prefill computes; only the last layer's
+      share (or whatever the link could not keep up with) is exposed after the prefill ends.
+    - `prefix_hit_rate`: this fraction of every prompt is served from the prefix cache (no compute).
+    - `local_prefill_threshold`: prompts whose uncached part is shorter are prefilled on the decode
+      instance itself (conditional disaggregation). None = always remote.
+    - `decode_kv_reads`: decode steps also read every member's resident KV (the model's memory term).
+    - `cold_start_s`, `conversion_s`: delay before a new instance, or a drained instance switching
+      roles, serves. Scale-in and conversion always drain first.
+    """
+
+    kv_capacity: bool = False
+    kv_memory_fraction: float = 0.9
+    shared_link_bandwidth: float | None = None
+    layerwise_transfer: bool = False
+    prefix_hit_rate: float = 0.0
+    local_prefill_threshold: int | None = None
+    decode_kv_reads: bool = False
+    cold_start_s: float = 0.0
+    conversion_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(
+            0 < self.kv_memory_fraction <= 1,
+            "kv_memory_fraction",
+            self.kv_memory_fraction,
+            "must be in (0, 1]",
+        )
+        if self.shared_link_bandwidth is not None:
+            _finite_at_least("shared_link_bandwidth", self.shared_link_bandwidth, 1.0)
+        _require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", self.prefix_hit_rate, "must be in [0, 1)")
+        if self.local_prefill_threshold is not None:
+            _require(
+                isinstance(self.local_prefill_threshold, int) and self.local_prefill_threshold >= 0,
+                "local_prefill_threshold",
+                self.local_prefill_threshold,
+                "must be an integer >= 0 (tokens) or null",
+            )
+        _finite_at_least("cold_start_s", self.cold_start_s, 0.0)
+        _finite_at_least("conversion_s", self.conversion_s, 0.0)
+
+
+@dataclass(frozen=True)
+class GoodputSlo:
+    """A request is good when its TTFT and every set per-token bound hold.
+
+    The seed counts a request good on TTFT and its *largest* gap between tokens (`max_token_gap_s`);
+    serving SLOs usually bound the mean time per output token (`tpot_s`). Set either or both.
+    """
+
+    ttft_s: float = 0.6
+    tpot_s: float | None = None
+    max_token_gap_s: float | None = 0.1
+
+    def __post_init__(self) -> None:
+        _finite_at_least("ttft_s", self.ttft_s, 1e-9)
+        if self.tpot_s is not None:
+            _finite_at_least("tpot_s", self.tpot_s, 1e-9)
+        if self.max_token_gap_s is not None:
+            _finite_at_least("max_token_gap_s", self.max_token_gap_s, 1e-9)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The fleet at t=0: co-located GPUs (`decode` counts them) or `prefill` + `decode` instances."""
+
+    mode: Mode
+    prefill: int
+    decode: int
+
+    def __post_init__(self) -> None:
+        _require(self.mode in ("colocated", "disagg"), "mode", self.mode, "must be colocated or disagg")
+        if self.mode == "colocated":
+            _require(self.prefill == 0, "prefill", self.prefill, "must be 0 in colocated mode")
+        else:
+            _require(self.prefill >= 0, "prefill", self.prefill, "must be >= 0")
+        _require(self.decode >= 0, "decode", self.decode, "must be >= 0")
+        _require(self.prefill + self.decode >= 1, "fleet", (self.prefill, self.decode), "needs >= 1 instance")
+
+
+@dataclass(frozen=True)
+class Control:
+    """How the policy in the loop sees the fleet: scrape cadence, averaging window, metrics lag."""
+
+    scrape_interval_s: float = 15.0
+    window_s: float = 60.0
+    lag_s: float = 15.0
+    role_conversion: bool = False  # convert in place when one pool shrinks while the other grows
+
+    def __post_init__(self) -> None:
+        _finite_at_least("scrape_interval_s", self.scrape_interval_s, 1e-3)
+        _finite_at_least("window_s", self.window_s, 1e-3)
+        _finite_at_least("lag_s", self.lag_s, 0.0)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation: hardware, initial fleet, realism, SLOs and the control loop's view."""
+
+    hardware: Hardware
+    fleet: Fleet
+    realism: Realism = field(default_factory=Realism)
+    slo: GoodputSlo = field(default_factory=GoodputSlo)
+    control: Control = field(default_factory=Control)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """An open-loop request stream: arrival times (s, sorted) with prompt and output lengths (tokens)."""
+
+    arrival_s: FloatArray
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        _require(
+            len(self.prompt_tokens) == n and len(self.output_tokens) == n,
+            "requests",
+            (n, len(self.prompt_tokens), len(self.output_tokens)),
+            "arrival_s, prompt_tokens and output_tokens must have equal lengths",
+        )
+        _require(n >= 1, "requests", n, "needs at least one request")
+        _require(
+            bool(np.all(np.diff(self.arrival_s) >= 0)), "arrival_s", "unsorted", "must be non-decreasing"
+        )
+        _require(bool(np.all(self.prompt_tokens >= 1)), "prompt_tokens", "min < 1", "must all be >= 1")
+        _require(bool(np.all(self.output_tokens >= 1)), "output_tokens", "min < 1", "must all be >= 1")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)

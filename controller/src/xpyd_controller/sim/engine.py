@@ -1,0 +1,795 @@
+"""The event loop: instances, routing, KV handoff, admission, lifecycles and the policy in the loop.
+
+Speed comes from never simulating one decode step at a time when nothing changes: a batch runs a
+*run* of identical steps up to its next departure in one event, and an arrival or admission that
+lands mid-run truncates it to the step in flight (whose length was fixed when it started, as in the
+seed). A FIFO prefill instance knows each job's completion when the job is assigned, so prefills
+need no events at all. Seed semantics kept exactly: least-loaded routing with ties to the lowest
+index, strict chunk/step alternation on co-located GPUs, and a request admitted during a decode step
+takes part in that step (its first token comes at that step's end).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
+from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
+from xpyd_controller.sim.config import FloatArray, Requests, SimConfig
+from xpyd_controller.sim.stats import gap_bin
+
+# Instance states.
+STARTING, READY, DRAINING, CONVERTING = "starting", "ready", "draining", "converting"
+PREFILL, DECODE = "prefill", "decode"
+# Operations of a batch instance.
+_IDLE, _RUN, _CHUNK = 0, 1, 2
+# Event kinds (ints: compared in the hot loop).
+_OP_END, _ADMIT, _XFER_START, _LINK_DONE, _TICK, _READY, _PREFILL_IDLE = range(7)
+# Context bucket (tokens) for step times that read the batch's resident KV.
+_CONTEXT_BUCKET = 256
+_LOG_COMPACT_AT = 4096
+
+ProgressFn = Callable[[float, int, int], None]
+
+
+class _Instance:
+    """One serving instance. Prefill instances are FIFO servers; batch instances (decode or
+    co-located) interleave chunked local prefill with runs of decode steps."""
+
+    __slots__ = (
+        "alt",
+        "chunks_done",
+        "created_s",
+        "ctx_sum",
+        "departures",
+        "done_times",
+        "free_at",
+        "fresh",
+        "gap_base",
+        "gap_log",
+        "kv_used",
+        "last_step_end",
+        "members",
+        "op",
+        "op_end",
+        "op_n",
+        "op_start",
+        "op_step",
+        "queue",
+        "role",
+        "state",
+        "steps",
+        "target_role",
+        "uid",
+        "version",
+    )
+
+    def __init__(self, uid: int, role: str, state: str, created_s: float) -> None:
+        self.uid = uid
+        self.state = state
+        self.created_s = created_s
+        self.target_role = role
+        self.version = 0
+        self.reset(role)
+
+    def reset(self, role: str) -> None:
+        """Empty engine state for `role` (also used when a conversion completes)."""
+        self.role = role
+        self.done_times: deque[float] = deque()
+        self.free_at = 0.0
+        self.queue: deque[int] = deque()
+        self.chunks_done = 0
+        self.members: dict[int, int] = {}  # rid -> reserved KV tokens
+        self.departures: list[tuple[int, int]] = []  # (step count at which it finishes, rid)
+        self.fresh: list[int] = []  # members still waiting for their first token
+        self.steps = 0
+        self.kv_used = 0
+        self.ctx_sum = 0.0
+        self.op = _IDLE
+        self.op_start = self.op_step = self.op_end = 0.0
+        self.op_n = 0
+        self.alt = False
+        self.last_step_end = 0.0
+        self.gap_log: list[float] = []
+        self.gap_base = 0
+
+    def prefill_load(self, t: float) -> int:
+        """The seed's prefill load: jobs assigned and not finished, plus one if one is running."""
+        done = self.done_times
+        while done and done[0] < t:
+            done.popleft()
+        return len(done) + (1 if done else 0)
+
+    def is_empty(self, t: float) -> bool:
+        if self.role == PREFILL:
+            return self.free_at <= t
+        return self.op == _IDLE and not self.members and not self.queue
+
+
+@dataclass(frozen=True)
+class PoolSample:
+    """Fleet composition and load at one scrape (what the time series and the policy see)."""
+
+    time_s: float
+    prefill_ready: int
+    prefill_starting: int
+    prefill_draining: int
+    decode_ready: int
+    decode_starting: int
+    decode_draining: int
+    prefill_queue: float
+    decode_running: float
+    decode_kv_usage: float
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """Everything one run produced, before summarising: per-request records and fleet samples."""
+
+    first_token_s: FloatArray
+    finish_s: FloatArray
+    max_gap_s: FloatArray
+    gap_histogram: dict[int, int]
+    end_s: float
+    gpu_seconds: float
+    samples: tuple[PoolSample, ...]
+    decisions: tuple[tuple[float, Decision], ...]
+    scale_ups: int
+    scale_downs: int
+    conversions: int
+    events: int
+
+
+class _Simulation:
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: Requests,
+        policy: Policy | None,
+        limits: Limits,
+        progress: ProgressFn | None,
+    ) -> None:
+        self.cfg = config
+        self.policy = policy
+        self.limits = limits
+        self.progress = progress
+        hw, real = config.hardware, config.realism
+        self.disagg = config.fleet.mode == "disagg"
+        self.n = n = len(requests)
+        self.arrival = requests.arrival_s.astype(np.float64).tolist()
+        self.prompt = requests.prompt_tokens.astype(np.int64).tolist()
+        self.output = requests.output_tokens.astype(np.int64).tolist()
+        prompt = requests.prompt_tokens.astype(np.float64)
+        uncached = prompt * (1.0 - real.prefix_hit_rate)
+        self.uncached = uncached.tolist()
+        width = hw.gpus_per_instance
+        prefill = prefill_seconds(hw.model, hw.gpu, uncached, gpus=width)
+        self.prefill_s = prefill.tolist()
+        self.chunk_s = (prefill / hw.prefill_chunks).tolist()
+        xfer = kv_transfer_seconds(hw.model, hw.link, prompt)
+        self.xfer_s = xfer.tolist()
+        self.xfer_tail_s = ((xfer - hw.link.overhead) / hw.model.layers + hw.link.overhead).tolist()
+        self.kv_bytes = (prompt * hw.model.kv_bytes_per_token).tolist()
+        self.kv_need = (requests.prompt_tokens + requests.output_tokens).astype(np.int64).tolist()
+        self.ctx = (prompt + requests.output_tokens / 2.0).tolist()
+        free_hbm = hw.gpu.hbm_bytes * width * real.kv_memory_fraction - hw.model.weight_footprint_bytes
+        self.kv_cap_tokens = max(0, int(free_hbm / hw.model.kv_bytes_per_token))
+        self.enforce_kv = real.kv_capacity
+        self.chunks = hw.prefill_chunks
+        self.local_threshold = real.local_prefill_threshold if self.disagg else None
+        self.step_tables: dict[int, list[float]] = {}
+        self.kv_reads = real.decode_kv_reads
+        self.flat_steps = self._step_table(0, 256)
+        # Per-request outputs.
+        self.first_token = [math.nan] * n
+        self.finish = [math.nan] * n
+        self.max_gap = [0.0] * n
+        self.gap_start: dict[int, int] = {}
+        self.prefill_done = [math.nan] * n
+        self.gap_hist: dict[int, int] = {}
+        self.done_count = 0
+        # Windowed signals for the policy: (event time, value) in time order.
+        self.ttft_times: list[float] = []
+        self.ttft_values: list[float] = []
+        self.tpot_times: list[float] = []
+        self.tpot_values: list[float] = []
+        # Fleet.
+        self.heap: list[tuple[float, int, int, object, int]] = []
+        self.seq = 0
+        self.uid = 0
+        self.instances: list[_Instance] = []
+        self.ready: dict[str, list[_Instance]] = {PREFILL: [], DECODE: []}
+        self.prefill_wait: deque[int] = deque()
+        self.decode_wait: deque[int] = deque()
+        self.gpu_seconds = 0.0
+        self.scale_ups = self.scale_downs = self.conversions = 0
+        self.samples: list[PoolSample] = []
+        self.decisions: list[tuple[float, Decision]] = []
+        # Shared link (processor sharing with a virtual clock of bytes served per flow).
+        self.link_shared = real.shared_link_bandwidth
+        self.link_virtual = 0.0
+        self.link_last = 0.0
+        self.link_flows: list[tuple[float, int]] = []
+        self.link_version = 0
+        self.prefix_sum_prompt = np.concatenate(([0.0], np.cumsum(prompt))).tolist()
+        self.prefix_sum_output = np.concatenate(([0.0], np.cumsum(requests.output_tokens))).tolist()
+        fleet = config.fleet
+        for _ in range(fleet.prefill):
+            self._add_ready(self._new_instance(PREFILL, READY, 0.0))
+        for _ in range(fleet.decode):
+            self._add_ready(self._new_instance(DECODE, READY, 0.0))
+
+    # ---- timing -------------------------------------------------------------------------------
+
+    def _step_table(self, bucket: int, size: int) -> list[float]:
+        hw = self.cfg.hardware
+        batches = np.arange(size, dtype=np.float64)
+        context = (bucket + 0.5) * _CONTEXT_BUCKET if self.kv_reads else 0.0
+        table: list[float] = decode_step_seconds(
+            hw.model,
+            hw.gpu,
+            batch=batches,
+            context_tokens=context,
+            gpus=hw.gpus_per_instance,
+            step_overhead=hw.step_overhead_s,
+        ).tolist()
+        self.step_tables[bucket] = table
+        return table
+
+    def _step_time(self, inst: _Instance) -> float:
+        c = len(inst.members)
+        if not self.kv_reads:
+            table = self.flat_steps
+            if c >= len(table):
+                table = self.flat_steps = self._step_table(0, 2 * c)
+            return table[c]
+        bucket = int(inst.ctx_sum / c) // _CONTEXT_BUCKET
+        table = self.step_tables.get(bucket) or self._step_table(bucket, 256)
+        if c >= len(table):
+            table = self._step_table(bucket, 2 * c)
+        return table[c]
+
+    # ---- events and lifecycle -------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, obj: object = None, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj, version))
+
+    def _new_instance(self, role: str, state: str, t: float) -> _Instance:
+        self.uid += 1
+        inst = _Instance(self.uid, role, state, t)
+        self.instances.append(inst)
+        return inst
+
+    def _add_ready(self, inst: _Instance) -> None:
+        inst.state = READY
+        ready = self.ready[inst.role]
+        ready.append(inst)
+        ready.sort(key=lambda i: i.uid)
+
+    def _retire(self, inst: _Instance, t: float) -> None:
+        self.gpu_seconds += (t - inst.created_s) * self.cfg.hardware.gpus_per_instance
+        self.instances.remove(inst)
+        inst.version += 1
+
+    def _leave_ready(self, inst: _Instance) -> None:
+        if inst.state == READY:
+            self.ready[inst.role].remove(inst)
+
+    def _check_drained(self, inst: _Instance, t: float) -> None:
+        """A draining or converting instance with nothing left: retire it or start its switch."""
+        if inst.state not in (DRAINING, CONVERTING) or not inst.is_empty(t):
+            return
+        if inst.state == DRAINING:
+            self._retire(inst, t)
+        else:
+            inst.version += 1
+            self._push(t + self.cfg.realism.conversion_s, _READY, inst, inst.version)
+
+    def _on_ready(self, inst: _Instance, t: float) -> None:
+        if inst.state == CONVERTING:
+            inst.reset(inst.target_role)
+            self.conversions += 1
+        self._add_ready(inst)
+        self._admit_waiting(t)
+
+    # ---- routing ----------------------------------------------------------------------------------
+
+    def _arrive(self, rid: int, t: float) -> None:
+        if not self.disagg or (
+            self.local_threshold is not None and self.uncached[rid] < self.local_threshold
+        ):
+            if self.decode_wait or not self._enqueue_local(rid, t):
+                self.decode_wait.append(rid)
+            return
+        ready = self.ready[PREFILL]
+        if not ready:
+            self.prefill_wait.append(rid)
+            return
+        best = ready[0]
+        best_load = best.prefill_load(t)
+        for inst in ready[1:]:
+            load = inst.prefill_load(t)
+            if load < best_load:
+                best, best_load = inst, load
+        self._assign_prefill(best, rid, t)
+
+    def _assign_prefill(self, inst: _Instance, rid: int, t: float) -> None:
+        start = inst.free_at if inst.free_at > t else t
+        done = start + self.prefill_s[rid]
+        inst.free_at = done
+        inst.done_times.append(done)
+        self.prefill_done[rid] = done
+        layerwise = self.cfg.realism.layerwise_transfer
+        if self.link_shared is not None:
+            self._push(start if layerwise else done, _XFER_START, rid)
+        elif layerwise:
+            self._push(max(done + self.xfer_tail_s[rid], start + self.xfer_s[rid]), _ADMIT, rid)
+        else:
+            self._push(done + self.xfer_s[rid], _ADMIT, rid)
+
+    def _has_room(self, inst: _Instance, rid: int) -> bool:
+        return not self.enforce_kv or inst.kv_used + self.kv_need[rid] <= self.kv_cap_tokens
+
+    def _enqueue_local(self, rid: int, t: float) -> bool:
+        """Queue a prompt for chunked prefill on the least-loaded batch instance with room."""
+        best: _Instance | None = None
+        best_load = 0
+        for inst in self.ready[DECODE]:
+            load = len(inst.queue) + len(inst.members)
+            if (best is None or load < best_load) and self._has_room(inst, rid):
+                best, best_load = inst, load
+        if best is None:
+            return False
+        best.queue.append(rid)
+        best.kv_used += self.kv_need[rid]
+        if best.op == _RUN:
+            self._truncate(best, t)
+        elif best.op == _IDLE:
+            self._pump(best, t)
+        return True
+
+    def _admit(self, rid: int, t: float) -> None:
+        """KV has arrived: join the decode instance with the smallest batch that has room."""
+        if self.decode_wait or not self._join_decode(rid, t):
+            self.decode_wait.append(rid)
+
+    def _join_decode(self, rid: int, t: float) -> bool:
+        best: _Instance | None = None
+        best_load = 0
+        for inst in self.ready[DECODE]:
+            load = len(inst.members)
+            if (best is None or load < best_load) and self._has_room(inst, rid):
+                best, best_load = inst, load
+        if best is None:
+            return False
+        if best.op == _RUN:
+            self._truncate(best, t)
+        best.kv_used += self.kv_need[rid]
+        self._add_member(best, rid)
+        if best.op == _IDLE:
+            self._pump(best, t)
+        return True
+
+    def _admit_waiting(self, t: float) -> None:
+        """FIFO admission after capacity freed up (head-of-line blocking, as a real queue has)."""
+        wait = self.prefill_wait
+        while wait and self.ready[PREFILL]:
+            self._arrive(wait.popleft(), t)
+        wait = self.decode_wait
+        while wait:
+            rid = wait[0]
+            local = math.isnan(self.prefill_done[rid])
+            placed = self._enqueue_local(rid, t) if local else self._join_decode(rid, t)
+            if not placed:
+                return
+            wait.popleft()
+
+    # ---- batch instances ------------------------------------------------------------------------
+
+    def _add_member(self, inst: _Instance, rid: int) -> None:
+        inst.members[rid] = self.kv_need[rid]
+        inst.fresh.append(rid)
+        inst.ctx_sum += self.ctx[rid]
+        heapq.heappush(inst.departures, (inst.steps + self.output[rid], rid))
+
+    def _pump(self, inst: _Instance, t: float) -> None:
+        """Start the next operation of an idle batch instance (the seed's alternation rule)."""
+        if inst.members and (not inst.queue or not inst.alt):
+            step = self._step_time(inst)
+            n = 1 if inst.queue else inst.departures[0][0] - inst.steps
+            inst.alt = True
+            inst.op = _RUN
+            inst.op_start, inst.op_step, inst.op_n = t, step, n
+            inst.op_end = t + n * step
+        elif inst.queue:
+            inst.alt = False
+            inst.op = _CHUNK
+            inst.op_start = t
+            inst.op_end = t + self.chunk_s[inst.queue[0]]
+        else:
+            inst.op = _IDLE
+            return
+        inst.version += 1
+        self._push(inst.op_end, _OP_END, inst, inst.version)
+
+    def _truncate(self, inst: _Instance, t: float) -> None:
+        """Something changed mid-run: finish the steps already done; the step in flight ends the run."""
+        if inst.op_n <= 1:
+            return
+        step, start = inst.op_step, inst.op_start
+        done = min(int((t - start) / step), inst.op_n - 1)
+        if done > 0:
+            self._complete_steps(inst, done, start, step)
+        inst.op_start = start = start + done * step
+        inst.op_n = 1
+        inst.op_end = start + step
+        inst.version += 1
+        self._push(inst.op_end, _OP_END, inst, inst.version)
+
+    def _complete_steps(self, inst: _Instance, k: int, start: float, step: float) -> None:
+        """Account for k identical steps from `start`: first tokens, token gaps, step count."""
+        first_end = start + step
+        members = inst.members
+        fresh = inst.fresh
+        hist = self.gap_hist
+        log = inst.gap_log
+        settled = len(members) - len(fresh)
+        if settled:
+            gap = first_end - inst.last_step_end
+            log.append(gap)
+            key = gap_bin(gap)
+            hist[key] = hist.get(key, 0) + settled
+        if fresh:
+            start_index = inst.gap_base + len(log)
+            arrival = self.arrival
+            for rid in fresh:
+                self.first_token[rid] = first_end
+                self.gap_start[rid] = start_index
+                self.ttft_values.append(first_end - arrival[rid])
+                self.ttft_times.append(first_end)
+            fresh.clear()
+        if k > 1:
+            log.append(step)
+            key = gap_bin(step)
+            hist[key] = hist.get(key, 0) + (k - 1) * len(members)
+        inst.steps += k
+        inst.last_step_end = start + k * step
+
+    def _op_end(self, inst: _Instance, t: float) -> None:
+        departed = False
+        if inst.op == _CHUNK:
+            inst.op = _IDLE
+            inst.chunks_done += 1
+            if inst.chunks_done == self.chunks:
+                inst.chunks_done = 0
+                self._add_member(inst, inst.queue.popleft())
+        else:
+            inst.op = _IDLE
+            self._complete_steps(inst, inst.op_n, inst.op_start, inst.op_step)
+            departures = inst.departures
+            steps = inst.steps
+            while departures and departures[0][0] <= steps:
+                self._depart(inst, heapq.heappop(departures)[1], t)
+                departed = True
+        self._pump(inst, t)
+        if inst.op == _IDLE and inst.state != READY:
+            self._check_drained(inst, t)
+        if departed and self.decode_wait:
+            self._admit_waiting(t)
+
+    def _depart(self, inst: _Instance, rid: int, t: float) -> None:
+        inst.kv_used -= inst.members.pop(rid)
+        inst.ctx_sum -= self.ctx[rid]
+        log = inst.gap_log
+        offset = self.gap_start.pop(rid) - inst.gap_base
+        if offset < len(log):
+            self.max_gap[rid] = max(log[offset:])
+        self.finish[rid] = t
+        out = self.output[rid]
+        if out > 1:
+            self.tpot_values.append((t - self.first_token[rid]) / (out - 1))
+            self.tpot_times.append(t)
+        self.done_count += 1
+        if len(log) > _LOG_COMPACT_AT:
+            keep = min((self.gap_start[r] for r in inst.members if r in self.gap_start), default=None)
+            cut = len(log) if keep is None else keep - inst.gap_base
+            del log[:cut]
+            inst.gap_base += cut
+
+    # ---- shared link ------------------------------------------------------------------------------
+
+    def _link_rate(self) -> float:
+        assert self.link_shared is not None
+        per_flow = self.cfg.hardware.link.bandwidth
+        share = self.link_shared / max(1, len(self.link_flows))
+        return per_flow if per_flow < share else share
+
+    def _link_advance(self, t: float) -> None:
+        if self.link_flows:
+            self.link_virtual += (t - self.link_last) * self._link_rate()
+        self.link_last = t
+
+    def _link_reschedule(self, t: float) -> None:
+        self.link_version += 1
+        if self.link_flows:
+            finish = t + (self.link_flows[0][0] - self.link_virtual) / self._link_rate()
+            self._push(max(t, finish), _LINK_DONE, None, self.link_version)
+
+    def _link_start(self, rid: int, t: float) -> None:
+        self._link_advance(t)
+        heapq.heappush(self.link_flows, (self.link_virtual + self.kv_bytes[rid], rid))
+        self._link_reschedule(t)
+
+    def _link_done(self, t: float) -> None:
+        self._link_advance(t)
+        flows = self.link_flows
+        overhead = self.cfg.hardware.link.overhead
+        while flows and flows[0][0] <= self.link_virtual * (1 + 1e-12) + 1e-6:
+            rid = heapq.heappop(flows)[1]
+            ready_at = t + overhead
+            if self.cfg.realism.layerwise_transfer:
+                ready_at = max(ready_at, self.prefill_done[rid] + self.xfer_tail_s[rid])
+            self._push(ready_at, _ADMIT, rid)
+        self._link_reschedule(t)
+
+    # ---- policy in the loop -----------------------------------------------------------------------
+
+    def _sample(self, t: float) -> PoolSample:
+        counts = {(r, s): 0 for r in (PREFILL, DECODE) for s in (STARTING, READY, DRAINING)}
+        queued = float(len(self.prefill_wait))
+        running = 0
+        kv = []
+        for inst in self.instances:
+            role, state = inst.role, inst.state
+            if state == CONVERTING:
+                counts[(role, DRAINING)] += 1
+                counts[(inst.target_role, STARTING)] += 1
+                continue
+            counts[(role, state)] += 1
+            if role == PREFILL:
+                queued += max(0, inst.prefill_load(t) - 1)
+            else:
+                running += len(inst.members)
+                queued += len(inst.queue)
+                kv.append(inst.kv_used / self.kv_cap_tokens if self.kv_cap_tokens else 1.0)
+        return PoolSample(
+            time_s=t,
+            prefill_ready=counts[(PREFILL, READY)],
+            prefill_starting=counts[(PREFILL, STARTING)],
+            prefill_draining=counts[(PREFILL, DRAINING)],
+            decode_ready=counts[(DECODE, READY)],
+            decode_starting=counts[(DECODE, STARTING)],
+            decode_draining=counts[(DECODE, DRAINING)],
+            prefill_queue=queued,
+            decode_running=float(running),
+            decode_kv_usage=float(np.mean(kv)) if kv else 0.0,
+        )
+
+    def _observe(self, t: float, sample: PoolSample) -> Observation:
+        """What a Prometheus-fed controller would see at t: windowed rates and lagged gauges."""
+        control = self.cfg.control
+        end = t - control.lag_s
+        start = max(0.0, end - control.window_s)
+        lagged = sample
+        for previous in reversed(self.samples):
+            if previous.time_s <= end + 1e-9:
+                lagged = previous
+                break
+        rate = mean_in = mean_out = p90_in = p90_out = ttft = tpot = None
+        if end > start:
+            lo, hi = bisect_left(self.arrival, start), bisect_left(self.arrival, end)
+            count = hi - lo
+            rate = count / (end - start)
+            if count:
+                mean_in = (self.prefix_sum_prompt[hi] - self.prefix_sum_prompt[lo]) / count
+                mean_out = (self.prefix_sum_output[hi] - self.prefix_sum_output[lo]) / count
+                p90_in = float(np.percentile(self.prompt[lo:hi], 90))
+                p90_out = float(np.percentile(self.output[lo:hi], 90))
+            ttft = _window_p90(self.ttft_times, self.ttft_values, start, end)
+            tpot = _window_p90(self.tpot_times, self.tpot_values, start, end)
+        width = self.cfg.hardware.gpus_per_instance
+        return Observation(
+            time_s=t,
+            window_s=control.window_s,
+            prefill=PoolState(sample.prefill_ready, sample.prefill_starting, sample.prefill_draining, width),
+            decode=PoolState(sample.decode_ready, sample.decode_starting, sample.decode_draining, width),
+            arrival_rate=rate,
+            mean_input_tokens=mean_in,
+            mean_output_tokens=mean_out,
+            prefix_hit_rate=self.cfg.realism.prefix_hit_rate,
+            p90_input_tokens=p90_in,
+            p90_output_tokens=p90_out,
+            prefill_queue=lagged.prefill_queue,
+            decode_running=lagged.decode_running,
+            decode_kv_usage=lagged.decode_kv_usage,
+            ttft_p90_s=ttft,
+            tpot_p90_s=tpot,
+        )
+
+    def _tick(self, t: float) -> None:
+        sample = self._sample(t)
+        if self.policy is not None and self.disagg:
+            decision = self.policy.decide(self._observe(t, sample), self.limits)
+            self.decisions.append((t, decision))
+            self._apply(decision, t)
+        self.samples.append(sample)
+        if self.progress is not None:
+            self.progress(t, self.done_count, self.n)
+
+    def _supply(self, role: str) -> list[_Instance]:
+        """Instances that serve (or will serve) `role`: starting, ready, or converting into it."""
+        return [
+            i
+            for i in self.instances
+            if (i.state in (STARTING, READY) and i.role == role)
+            or (i.state == CONVERTING and i.target_role == role)
+        ]
+
+    def _apply(self, decision: Decision, t: float) -> None:
+        lim = self.limits
+        desired = {
+            PREFILL: decision.prefill,
+            DECODE: decision.decode,
+        }
+        bounds = {PREFILL: (lim.prefill_min, lim.prefill_max), DECODE: (lim.decode_min, lim.decode_max)}
+        delta: dict[str, int] = {}
+        for role, want in desired.items():
+            have = len(self._supply(role))
+            if want is None:
+                delta[role] = 0
+                continue
+            low, high = bounds[role]
+            delta[role] = min(high, max(low, want)) - have
+        if self.cfg.control.role_conversion:
+            for src, dst in ((DECODE, PREFILL), (PREFILL, DECODE)):
+                moves = min(delta[dst], -delta[src])
+                for _ in range(max(0, moves)):
+                    if not self._convert_one(src, dst, t):
+                        break
+                    delta[dst] -= 1
+                    delta[src] += 1
+        for role, change in delta.items():
+            for _ in range(change):
+                self._grow(role, t)
+            for _ in range(-change):
+                if not self._shrink(role, t):
+                    break
+
+    def _load(self, inst: _Instance, t: float) -> int:
+        if inst.role == PREFILL:
+            return inst.prefill_load(t)
+        return len(inst.queue) + len(inst.members)
+
+    def _convert_one(self, src: str, dst: str, t: float) -> bool:
+        candidates = self.ready[src]
+        if len(candidates) <= 1:
+            return False  # never convert a pool's last serving instance away
+        inst = min(candidates, key=lambda i: self._load(i, t))
+        inst.target_role = dst
+        self._leave(inst, CONVERTING, t)
+        return True
+
+    def _leave(self, inst: _Instance, state: str, t: float) -> None:
+        """Stop routing to a ready instance; it drains, then retires or switches roles."""
+        self._leave_ready(inst)
+        inst.state = state
+        if inst.is_empty(t):
+            self._check_drained(inst, t)
+        elif inst.role == PREFILL:
+            self._push(inst.free_at, _PREFILL_IDLE, inst, inst.version)
+
+    def _grow(self, role: str, t: float) -> None:
+        for inst in self.instances:  # un-drain before paying a cold start
+            if inst.state == DRAINING and inst.role == role:
+                self._add_ready(inst)
+                inst.version += 1
+                self._admit_waiting(t)
+                return
+        inst = self._new_instance(role, STARTING, t)
+        self.scale_ups += 1
+        self._push(t + self.cfg.realism.cold_start_s, _READY, inst, inst.version)
+
+    def _shrink(self, role: str, t: float) -> bool:
+        starting = [i for i in self.instances if i.state == STARTING and i.role == role]
+        if starting:
+            self._retire(starting[-1], t)
+            self.scale_downs += 1
+            return True
+        candidates = self.ready[role]
+        if len(candidates) <= 1:
+            return False
+        inst = min(candidates, key=lambda i: self._load(i, t))
+        self.scale_downs += 1
+        self._leave(inst, DRAINING, t)
+        return True
+
+    # ---- main loop ----------------------------------------------------------------------------------
+
+    def run(self) -> RawRun:
+        arrival = self.arrival
+        heap = self.heap
+        n = self.n
+        interval = self.cfg.control.scrape_interval_s
+        self._push(0.0, _TICK)
+        next_arrival = 0
+        events = 0
+        t = 0.0
+        heappop = heapq.heappop
+        while self.done_count < n:
+            ta = arrival[next_arrival] if next_arrival < n else math.inf
+            if not heap or ta <= heap[0][0]:
+                t = ta
+                self._arrive(next_arrival, t)
+                next_arrival += 1
+                events += 1
+                continue
+            t, _, kind, obj, version = heappop(heap)
+            events += 1
+            if kind == _OP_END:
+                assert isinstance(obj, _Instance)
+                if version == obj.version:
+                    self._op_end(obj, t)
+            elif kind == _ADMIT:
+                assert isinstance(obj, int)
+                self._admit(obj, t)
+            elif kind == _XFER_START:
+                assert isinstance(obj, int)
+                self._link_start(obj, t)
+            elif kind == _LINK_DONE:
+                if version == self.link_version:
+                    self._link_done(t)
+            elif kind == _TICK:
+                self._tick(t)
+                self._push(t + interval, _TICK)
+            elif kind == _READY:
+                assert isinstance(obj, _Instance)
+                if version == obj.version:
+                    self._on_ready(obj, t)
+            elif kind == _PREFILL_IDLE:
+                assert isinstance(obj, _Instance)
+                if version == obj.version:
+                    self._check_drained(obj, t)
+        end = t
+        gpu_seconds = self.gpu_seconds + sum(
+            (end - i.created_s) * self.cfg.hardware.gpus_per_instance for i in self.instances
+        )
+        return RawRun(
+            first_token_s=np.asarray(self.first_token),
+            finish_s=np.asarray(self.finish),
+            max_gap_s=np.asarray(self.max_gap),
+            gap_histogram=self.gap_hist,
+            end_s=end,
+            gpu_seconds=gpu_seconds,
+            samples=tuple(self.samples),
+            decisions=tuple(self.decisions),
+            scale_ups=self.scale_ups,
+            scale_downs=self.scale_downs,
+            conversions=self.conversions,
+            events=events,
+        )
+
+
+def _window_p90(times: list[float], values: list[float], start: float, end: float) -> float | None:
+    lo, hi = bisect_left(times, start), bisect_left(times, end)
+    if hi <= lo:
+        return None
+    return float(np.percentile(values[lo:hi], 90))
+
+
+def run_events(
+    config: SimConfig,
+    requests: Requests,
+    policy: Policy | None = None,
+    limits: Limits | None = None,
+    progress: ProgressFn | None = None,
+) -> RawRun:
+    """Simulate `requests` on the fleet of `config` until every request has finished."""
+    return _Simulation(config, requests, policy, limits or Limits(), progress).run()

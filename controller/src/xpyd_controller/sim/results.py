@@ -1,0 +1,203 @@
+"""Summaries of a run: goodput, latency percentiles, GPU-hours, scaling activity and a time series."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from xpyd_controller.sim.config import FloatArray, GoodputSlo, Requests
+from xpyd_controller.sim.engine import RawRun
+from xpyd_controller.sim.stats import seed_percentile, weighted_bin_percentile
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One interval of the run, for plots: traffic, fleet, and latency of the requests that arrived."""
+
+    start_s: float
+    arrival_rate: float
+    mean_input_tokens: float
+    mean_output_tokens: float
+    prefill_ready: int
+    decode_ready: int
+    gpus: int
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    goodput: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Headline metrics of one run (seconds, fractions) plus its time series."""
+
+    requests: int
+    goodput: float  # fraction meeting every SLO bound that is set
+    goodput_ttft_tpot: float  # TTFT and mean time per output token (TPOT bound: 100 ms if unset)
+    goodput_max_gap: float  # the seed's: TTFT and largest token gap (bound: 100 ms if unset)
+    ttft_p50: float
+    ttft_p90: float
+    ttft_p99: float
+    tpot_p50: float
+    tpot_p99: float
+    tbt_p50: float
+    tbt_p99: float
+    tokens_per_gpu_second: float
+    gpu_hours: float
+    good_requests_per_gpu_hour: float
+    duration_s: float
+    scale_ups: int
+    scale_downs: int
+    conversions: int
+    oscillations: int
+    events: int
+    series: tuple[SeriesPoint, ...]
+
+    def summary(self) -> dict[str, float | int]:
+        """The flat metrics `xpyd simulate --json` prints (everything except the series)."""
+        flat = asdict(self)
+        del flat["series"]
+        return flat
+
+
+_DEFAULT_PER_TOKEN_BOUND_S = 0.1
+
+
+def time_per_output_token(requests: Requests, raw: RawRun) -> FloatArray:
+    """Mean gap after the first token; 0 for single-token outputs (they have no gaps)."""
+    gaps = np.maximum(requests.output_tokens - 1, 1)
+    tpot: FloatArray = np.where(requests.output_tokens > 1, (raw.finish_s - raw.first_token_s) / gaps, 0.0)
+    return tpot
+
+
+def good_mask(requests: Requests, raw: RawRun, slo: GoodputSlo) -> np.ndarray:
+    """Requests meeting TTFT and every per-token bound the SLO sets."""
+    ttft = raw.first_token_s - requests.arrival_s
+    good = ttft <= slo.ttft_s
+    if slo.tpot_s is not None:
+        good &= time_per_output_token(requests, raw) <= slo.tpot_s
+    if slo.max_token_gap_s is not None:
+        good &= raw.max_gap_s <= slo.max_token_gap_s
+    return np.asarray(good)
+
+
+def count_oscillations(raw: RawRun) -> int:
+    """Direction reversals of a pool's desired size (up then down, or down then up) across decisions."""
+    reversals = 0
+    for role in ("prefill", "decode"):
+        last_value: int | None = None
+        last_direction = 0
+        for _, decision in raw.decisions:
+            value = getattr(decision, role)
+            if value is None:
+                continue
+            if last_value is not None and value != last_value:
+                direction = 1 if value > last_value else -1
+                if last_direction and direction != last_direction:
+                    reversals += 1
+                last_direction = direction
+            last_value = value
+    return reversals
+
+
+def summarise(requests: Requests, raw: RawRun, slo: GoodputSlo, series_interval_s: float = 60.0) -> SimResult:
+    ttft = raw.first_token_s - requests.arrival_s
+    tpot = time_per_output_token(requests, raw)
+    good = good_mask(requests, raw, slo)
+    bound = slo.tpot_s or _DEFAULT_PER_TOKEN_BOUND_S
+    good_tpot = (ttft <= slo.ttft_s) & (tpot <= bound)
+    gap_bound = slo.max_token_gap_s or _DEFAULT_PER_TOKEN_BOUND_S
+    good_gap = (ttft <= slo.ttft_s) & (raw.max_gap_s <= gap_bound)
+    n = len(requests)
+    gpu_hours = raw.gpu_seconds / 3600.0
+    multi = tpot[requests.output_tokens > 1]
+    return SimResult(
+        requests=n,
+        goodput=float(good.mean()),
+        goodput_ttft_tpot=float(good_tpot.mean()),
+        goodput_max_gap=float(good_gap.mean()),
+        ttft_p50=seed_percentile(ttft, 0.5),
+        ttft_p90=seed_percentile(ttft, 0.9),
+        ttft_p99=seed_percentile(ttft, 0.99),
+        tpot_p50=seed_percentile(multi, 0.5),
+        tpot_p99=seed_percentile(multi, 0.99),
+        tbt_p50=weighted_bin_percentile(raw.gap_histogram, 0.5),
+        tbt_p99=weighted_bin_percentile(raw.gap_histogram, 0.99),
+        tokens_per_gpu_second=float(requests.output_tokens.sum()) / raw.gpu_seconds,
+        gpu_hours=gpu_hours,
+        good_requests_per_gpu_hour=float(good.sum()) / gpu_hours,
+        duration_s=raw.end_s,
+        scale_ups=raw.scale_ups,
+        scale_downs=raw.scale_downs,
+        conversions=raw.conversions,
+        oscillations=count_oscillations(raw),
+        events=raw.events,
+        series=_series(requests, raw=raw, ttft=ttft, tpot=tpot, good=good, interval_s=series_interval_s),
+    )
+
+
+def _series(
+    requests: Requests,
+    *,
+    raw: RawRun,
+    ttft: FloatArray,
+    tpot: FloatArray,
+    good: np.ndarray,
+    interval_s: float,
+) -> tuple[SeriesPoint, ...]:
+    arrival = requests.arrival_s
+    horizon = float(arrival[-1])
+    sample_times = np.asarray([s.time_s for s in raw.samples])
+    points = []
+    for index in range(int(horizon // interval_s) + 1):
+        start = index * interval_s
+        lo, hi = np.searchsorted(arrival, [start, start + interval_s])
+        at = int(np.searchsorted(sample_times, start + interval_s, side="right")) - 1
+        sample = raw.samples[max(0, at)] if raw.samples else None
+        count = int(hi - lo)
+        prefill = sample.prefill_ready if sample else 0
+        decode = sample.decode_ready if sample else 0
+        busy = (
+            prefill
+            + decode
+            + sample.prefill_starting
+            + sample.decode_starting
+            + sample.prefill_draining
+            + sample.decode_draining
+            if sample
+            else 0
+        )
+        points.append(
+            SeriesPoint(
+                start_s=start,
+                arrival_rate=count / interval_s,
+                mean_input_tokens=float(requests.prompt_tokens[lo:hi].mean()) if count else math.nan,
+                mean_output_tokens=float(requests.output_tokens[lo:hi].mean()) if count else math.nan,
+                prefill_ready=prefill,
+                decode_ready=decode,
+                gpus=busy,
+                ttft_p50_s=seed_percentile(ttft[lo:hi], 0.5),
+                ttft_p99_s=seed_percentile(ttft[lo:hi], 0.99),
+                tpot_p50_s=seed_percentile(tpot[lo:hi], 0.5),
+                tpot_p99_s=seed_percentile(tpot[lo:hi], 0.99),
+                goodput=float(good[lo:hi].mean()) if count else math.nan,
+            )
+        )
+    return tuple(points)
+
+
+def recovery_time_s(result: SimResult, after_s: float, goodput_target: float = 0.99) -> float:
+    """Seconds from `after_s` (e.g. a load step) until every later interval meets the goodput target.
+
+    Intervals without arrivals count as met; `inf` if the run never recovers.
+    """
+    later = [p for p in result.series if p.start_s >= after_s]
+    recovered_at = math.inf
+    for point in reversed(later):
+        if not math.isnan(point.goodput) and point.goodput < goodput_target:
+            break
+        recovered_at = point.start_s
+    return max(0.0, recovered_at - after_s) if later else math.inf

@@ -1,0 +1,22 @@
+"""One call from configuration and requests to summarised results."""
+
+from __future__ import annotations
+
+from xpyd_controller.policy.types import Limits, Policy
+from xpyd_controller.sim.config import Requests, SimConfig
+from xpyd_controller.sim.engine import ProgressFn, run_events
+from xpyd_controller.sim.results import SimResult, summarise
+
+
+def simulate(
+    config: SimConfig,
+    requests: Requests,
+    policy: Policy | None = None,
+    *,
+    limits: Limits | None = None,
+    progress: ProgressFn | None = None,
+    series_interval_s: float = 60.0,
+) -> SimResult:
+    """Run the fleet of `config` (and `policy`, if any, at the scrape cadence) over `requests`."""
+    raw = run_events(config, requests, policy, limits, progress)
+    return summarise(requests, raw, config.slo, series_interval_s)
