@@ -6,12 +6,14 @@ from collections.abc import Callable, Mapping
 
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
 from xpyd_controller.policy.static import make_static
+from xpyd_controller.policy.threshold import make_threshold
 from xpyd_controller.policy.types import Policy
 
 PolicyFactory = Callable[[PolicyContext], Policy]
 
 POLICIES: Mapping[str, PolicyFactory] = {
     "static": make_static,
+    "threshold": make_threshold,
 }
 
 

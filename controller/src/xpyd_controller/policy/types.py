@@ -62,6 +62,9 @@ class Decision:
     binding: str = ""  # the constraint that set the size, e.g. "prefill_ttft_p90", "decode_kv_capacity"
     reasons: tuple[str, ...] = ()
     details: dict[str, float] = field(default_factory=dict)  # model inputs and predictions, for status
+    # May the driver meet "one pool shrinks while the other grows" by converting instances in place?
+    # False for baselines that model systems without conversion: they drain, delete and cold-start.
+    allow_conversion: bool = True
 
 
 class Policy(Protocol):

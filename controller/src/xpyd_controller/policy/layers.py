@@ -1,0 +1,205 @@
+"""The HPA-style layers an autoscaler stacks on top of a raw recommendation, one small class each.
+
+Order (as in the Kubernetes HPA): recommendation → stabilisation window → min/max and GPU budget →
+rate limit → in-flight guard → hard limits. Each layer works on one pool's instance count and
+returns the count plus a CamelCase reason when it changed the answer; the policies compose them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from xpyd_controller.policy.limits import clamp
+from xpyd_controller.policy.types import Limits, PoolState
+
+
+@dataclass
+class Stabilizer:
+    """HPA stabilisation: scale up to the *smallest* recommendation of the last `up_window_s`, down to
+    the *largest* of the last `down_window_s`. Short up window = fast up; long down window = slow down.
+
+    The count found at the first call counts as a recommendation for the down window, so a (re)started
+    policy never scales in before it has watched a full window.
+    """
+
+    up_window_s: float
+    down_window_s: float
+    _history: deque[tuple[float, int]] = field(default_factory=deque)
+    _first: tuple[float, int] | None = None
+
+    def apply(self, time_s: float, current: int, recommended: int) -> tuple[int, str]:
+        if self._first is None:
+            self._first = (time_s, current)
+        self._history.append((time_s, recommended))
+        horizon = time_s - max(self.up_window_s, self.down_window_s)
+        while self._history and self._history[0][0] < horizon:
+            self._history.popleft()
+        up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
+        down_candidates = [count for t, count in self._history if t >= time_s - self.down_window_s]
+        if time_s - self._first[0] < self.down_window_s:
+            down_candidates.append(self._first[1])
+        down = max(down_candidates)
+        result = up if up > current else down if down < current else current
+        if result == recommended:
+            return result, ""
+        return result, "ScaleUpStabilized" if recommended > current else "ScaleDownStabilized"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """How far a pool may move per `period_s`: the larger of an absolute and a relative step."""
+
+    up_instances: int = 4
+    up_percent: float = 100.0
+    down_instances: int = 1
+    down_percent: float = 10.0
+    period_s: float = 60.0
+
+
+@dataclass
+class RateLimiter:
+    """Caps movement relative to the pool's size at the start of the period (its extreme over the
+    period), so several steps inside one period do not compound."""
+
+    limit: RateLimit
+    _history: deque[tuple[float, int]] = field(default_factory=deque)
+
+    def apply(self, time_s: float, current: int, desired: int) -> tuple[int, str]:
+        while self._history and self._history[0][0] <= time_s - self.limit.period_s:
+            self._history.popleft()
+        self._history.append((time_s, current))
+        recent = [count for _, count in self._history]
+        result, reason = desired, ""
+        if desired > current:
+            base = min(recent)
+            cap = base + max(self.limit.up_instances, math.ceil(base * self.limit.up_percent / 100))
+            if desired > cap:
+                result, reason = max(cap, current), "ScaleUpRateLimited"
+        elif desired < current:
+            base = max(recent)
+            cap = base - max(self.limit.down_instances, math.floor(base * self.limit.down_percent / 100))
+            if desired < cap:
+                result, reason = min(cap, current), "ScaleDownRateLimited"
+        return result, reason
+
+
+@dataclass
+class InFlightGuard:
+    """Holds a pool while instances are starting or draining, for at most `timeout_s`.
+
+    Starting instances count as expected supply until the timeout; after it they are presumed stuck
+    (e.g. Pending with no free GPU) and no longer counted, and the pool may move again.
+    """
+
+    timeout_s: float
+    _since: float | None = None
+
+    def supply(self, time_s: float, pool: PoolState) -> tuple[int, bool, str]:
+        """(expected supply, whether the pool is held, reason)."""
+        if pool.starting == 0 and pool.draining == 0:
+            self._since = None
+            return pool.ready, False, ""
+        if self._since is None:
+            self._since = time_s
+        if time_s - self._since >= self.timeout_s:
+            return pool.ready, False, "InFlightTimedOut"
+        return pool.ready + pool.starting, True, "InFlight"
+
+
+@dataclass(frozen=True)
+class Bounded:
+    prefill: int
+    decode: int
+    reasons: tuple[str, ...]
+
+
+def enforce_limits(
+    current: tuple[int, int], proposed: tuple[int, int], limits: Limits, prefill_gpus: int, decode_gpus: int
+) -> Bounded:
+    """The last word: min/max always, and the GPU budget by first trimming growth, then anything.
+
+    Rate limits and holds act per pool, so a pool that grows while the other's shrink is held back
+    could overshoot the budget; trimming the larger growth first keeps every decision inside it.
+    """
+    x = min(max(proposed[0], limits.prefill_min), limits.prefill_max)
+    y = min(max(proposed[1], limits.decode_min), limits.decode_max)
+    reasons = ["HeldWithinMinMax"] if (x, y) != proposed else []
+    budget = limits.gpu_budget
+    if budget is None or x * prefill_gpus + y * decode_gpus <= budget:
+        return Bounded(x, y, tuple(reasons))
+    base_x, base_y = max(current[0], limits.prefill_min), max(current[1], limits.decode_min)
+    while x * prefill_gpus + y * decode_gpus > budget and (x > base_x or y > base_y):
+        if (x - base_x) * prefill_gpus >= (y - base_y) * decode_gpus and x > base_x:
+            x -= 1
+        else:
+            y -= 1
+    reasons.append("GrowthTrimmedToGpuBudget")
+    if x * prefill_gpus + y * decode_gpus > budget:
+        forced = clamp(x, y, limits, prefill_gpus, decode_gpus)
+        x, y = forced.prefill, forced.decode
+        reasons.append("ShrunkToGpuBudget")
+    return Bounded(x, y, tuple(reasons))
+
+
+@dataclass(frozen=True)
+class Layered:
+    """Final counts of both pools, the reasons collected on the way, and the bound that set them."""
+
+    prefill: int
+    decode: int
+    reasons: tuple[str, ...]
+    bound: str  # "gpu_budget", "min_max" or "" when no bound changed the recommendation
+
+
+class ScalingLayers:
+    """Stabilisation → min/max and budget → rate limit → hold → hard limits, for both pools."""
+
+    ROLES = ("Prefill", "Decode")
+
+    def __init__(
+        self,
+        up_window_s: float,
+        down_window_s: float,
+        rate_limit: RateLimit,
+        prefill_gpus: int = 1,
+        decode_gpus: int = 1,
+    ) -> None:
+        self.prefill_gpus = prefill_gpus
+        self.decode_gpus = decode_gpus
+        self._stabilizers = [Stabilizer(up_window_s, down_window_s) for _ in self.ROLES]
+        self._limiters = [RateLimiter(rate_limit) for _ in self.ROLES]
+
+    def apply(
+        self,
+        time_s: float,
+        current: tuple[int, int],
+        recommended: tuple[int, int],
+        limits: Limits,
+        held: tuple[bool, bool] = (False, False),
+    ) -> Layered:
+        """`current` is each pool's expected supply; a `held` pool keeps it (in-flight guard)."""
+        reasons: list[str] = []
+        stable = []
+        for role, stabilizer, now, asked in zip(
+            self.ROLES, self._stabilizers, current, recommended, strict=True
+        ):
+            count, why = stabilizer.apply(time_s, now, asked)
+            stable.append(count)
+            reasons.append(why and role + why)
+        bounded = clamp(stable[0], stable[1], limits, self.prefill_gpus, self.decode_gpus)
+        reasons.extend(bounded.reasons)
+        moved = []
+        for role, limiter, now, desired, hold in zip(
+            self.ROLES, self._limiters, current, (bounded.prefill, bounded.decode), held, strict=True
+        ):
+            count, why = limiter.apply(time_s, now, now if hold else desired)
+            moved.append(count)
+            reasons.append(why and role + why)
+            if hold and desired != now:
+                reasons.append(f"{role}HeldInFlight")
+        last = enforce_limits(current, (moved[0], moved[1]), limits, self.prefill_gpus, self.decode_gpus)
+        reasons.extend(last.reasons)
+        bound = "gpu_budget" if any("GpuBudget" in r for r in reasons) else bounded.binding
+        return Layered(last.prefill, last.decode, tuple(r for r in reasons if r), bound)

@@ -1,0 +1,165 @@
+"""Each scaling layer on its own, driven by tables of (time, current, recommendation) steps."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from xpyd_controller.policy.layers import (
+    InFlightGuard,
+    RateLimit,
+    RateLimiter,
+    ScalingLayers,
+    Stabilizer,
+    enforce_limits,
+)
+from xpyd_controller.policy.types import Limits, PoolState
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        # fast up: a single high recommendation goes through at once with a zero up window
+        ([(0, 4, 8)], [(8, "")]),
+        # slow down: the down window remembers the highest recent recommendation
+        (
+            [(0, 8, 8), (60, 8, 4), (120, 8, 4), (301, 8, 4)],
+            [(8, ""), (8, "ScaleDownStabilized"), (8, "ScaleDownStabilized"), (4, "")],
+        ),
+        # a dip inside the window does not take effect, the next rise is immediate
+        ([(0, 6, 6), (30, 6, 3), (60, 6, 9)], [(6, ""), (6, "ScaleDownStabilized"), (9, "")]),
+    ],
+)
+def test_stabilizer_zero_up_window(
+    steps: list[tuple[float, int, int]], expected: list[tuple[int, str]]
+) -> None:
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    assert [stabilizer.apply(*step) for step in steps] == expected
+
+
+def test_stabilizer_up_window_needs_a_sustained_rise() -> None:
+    stabilizer = Stabilizer(up_window_s=60.0, down_window_s=300.0)
+    assert stabilizer.apply(0, 4, 4) == (4, "")
+    assert stabilizer.apply(15, 4, 10) == (4, "ScaleUpStabilized")  # min over the last 60 s is 4
+    assert stabilizer.apply(30, 4, 8) == (4, "ScaleUpStabilized")
+    assert stabilizer.apply(76, 4, 9) == (8, "ScaleUpStabilized")  # the last 60 s hold 8 and 9
+    assert stabilizer.apply(91, 8, 9) == (9, "")
+
+
+@pytest.mark.parametrize(
+    ("limit", "steps", "expected"),
+    [
+        (RateLimit(up_instances=4, up_percent=100), [(0, 2, 20)], [(6, "ScaleUpRateLimited")]),
+        (RateLimit(up_instances=4, up_percent=100), [(0, 10, 40)], [(20, "ScaleUpRateLimited")]),
+        (RateLimit(down_instances=1, down_percent=10), [(0, 30, 10)], [(27, "ScaleDownRateLimited")]),
+        (RateLimit(down_instances=1, down_percent=10), [(0, 5, 1)], [(4, "ScaleDownRateLimited")]),
+        # steps inside one period do not compound: the base is the period's extreme
+        (
+            RateLimit(up_instances=2, up_percent=0, period_s=60),
+            [(0, 4, 100), (30, 6, 100), (61, 6, 100)],
+            [(6, "ScaleUpRateLimited"), (6, "ScaleUpRateLimited"), (8, "ScaleUpRateLimited")],
+        ),
+        (RateLimit(), [(0, 5, 5), (10, 5, 7)], [(5, ""), (7, "")]),
+    ],
+)
+def test_rate_limiter(
+    limit: RateLimit, steps: list[tuple[float, int, int]], expected: list[tuple[int, str]]
+) -> None:
+    limiter = RateLimiter(limit)
+    assert [limiter.apply(*step) for step in steps] == expected
+
+
+def test_in_flight_guard_counts_pending_as_supply_until_the_timeout() -> None:
+    guard = InFlightGuard(timeout_s=300.0)
+    assert guard.supply(0, PoolState(ready=3)) == (3, False, "")
+    assert guard.supply(10, PoolState(ready=3, starting=2)) == (5, True, "InFlight")
+    assert guard.supply(200, PoolState(ready=3, starting=2)) == (5, True, "InFlight")
+    assert guard.supply(310, PoolState(ready=3, starting=2)) == (3, False, "InFlightTimedOut")
+    assert guard.supply(320, PoolState(ready=5)) == (5, False, "")
+    assert guard.supply(330, PoolState(ready=4, draining=1)) == (4, True, "InFlight")
+
+
+@pytest.mark.parametrize(
+    ("current", "proposed", "limits", "gpus", "expected", "reasons"),
+    [
+        ((2, 2), (3, 3), Limits(), (1, 1), (3, 3), ()),
+        ((2, 2), (0, 99), Limits(), (1, 1), (1, 64), ("HeldWithinMinMax",)),
+        # prefill grows fully while decode's shrink was rate-limited: trim the growth
+        ((2, 6), (6, 5), Limits(gpu_budget=8), (1, 1), (3, 5), ("GrowthTrimmedToGpuBudget",)),
+        ((2, 2), (5, 5), Limits(gpu_budget=8), (1, 1), (4, 4), ("GrowthTrimmedToGpuBudget",)),
+        # already over budget (budget was lowered): shrink regardless of rate limits
+        (
+            (6, 6),
+            (6, 6),
+            Limits(gpu_budget=8),
+            (1, 1),
+            (4, 4),
+            ("GrowthTrimmedToGpuBudget", "ShrunkToGpuBudget"),
+        ),
+        ((1, 1), (3, 1), Limits(gpu_budget=6), (2, 2), (2, 1), ("GrowthTrimmedToGpuBudget",)),
+    ],
+)
+def test_enforce_limits(
+    *,
+    current: tuple[int, int],
+    proposed: tuple[int, int],
+    limits: Limits,
+    gpus: tuple[int, int],
+    expected: tuple[int, int],
+    reasons: tuple[str, ...],
+) -> None:
+    bounded = enforce_limits(current, proposed, limits, *gpus)
+    assert ((bounded.prefill, bounded.decode), bounded.reasons) == (expected, reasons)
+
+
+def test_layers_hold_an_in_flight_pool() -> None:
+    layers = ScalingLayers(0.0, 300.0, RateLimit(), 1, 1)
+    result = layers.apply(0.0, (2, 2), (5, 5), Limits(), held=(True, False))
+    assert (result.prefill, result.decode) == (2, 5)
+    assert "PrefillHeldInFlight" in result.reasons
+
+
+@given(
+    time_steps=st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.integers(0, 40),
+            st.integers(0, 60),
+            st.integers(0, 60),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    prefill_min=st.integers(0, 3),
+    decode_min=st.integers(0, 3),
+    spread=st.integers(0, 30),
+    budget_slack=st.one_of(st.none(), st.integers(0, 40)),
+    gpus=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+)
+def test_layers_always_within_limits_and_budget(
+    *,
+    time_steps: list[tuple[int, int, int, int, bool, bool]],
+    prefill_min: int,
+    decode_min: int,
+    spread: int,
+    budget_slack: int | None,
+    gpus: tuple[int, int],
+) -> None:
+    floor = prefill_min * gpus[0] + decode_min * gpus[1]
+    limits = Limits(
+        prefill_min=prefill_min,
+        prefill_max=prefill_min + spread,
+        decode_min=decode_min,
+        decode_max=decode_min + spread,
+        gpu_budget=None if budget_slack is None else floor + budget_slack,
+    )
+    layers = ScalingLayers(30.0, 300.0, RateLimit(), *gpus)
+    for index, (cur_p, cur_d, rec_p, rec_d, hold_p, hold_d) in enumerate(time_steps):
+        result = layers.apply(15.0 * index, (cur_p, cur_d), (rec_p, rec_d), limits, (hold_p, hold_d))
+        assert limits.prefill_min <= result.prefill <= limits.prefill_max
+        assert limits.decode_min <= result.decode <= limits.decode_max
+        if limits.gpu_budget is not None:
+            assert result.prefill * gpus[0] + result.decode * gpus[1] <= limits.gpu_budget
