@@ -1,0 +1,245 @@
+"""Typed PDDeployment spec, parsed once at the handler boundary; the rest of the code never reads raw dicts.
+
+Field names are snake_case in Python and camelCase on the wire (aliases). Defaults mirror the CRD's, so an
+object that skipped API-server defaulting (a unit test, a dry run) parses to the same values. Cross-field
+rules repeat the CRD's CEL rules: a clear error here beats a confusing failure later.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from xpyd_api.names import Role
+
+
+class SpecError(ValueError):
+    """A PDDeployment spec that cannot be reconciled; the message names the field, value and rule."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore")
+
+
+class EngineType(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    CUSTOM = "custom"
+
+
+class RouterType(StrEnum):
+    VLLM_ROUTER = "vllm-router"
+    SGLANG_ROUTER = "sglang-router"
+    NONE = "none"
+
+
+class SwitchMethod(StrEnum):
+    AUTO = "Auto"
+    ROUTING = "Routing"
+    HTTP = "HTTP"
+    RESTART = "Restart"
+
+
+class AutoscalingMode(StrEnum):
+    OFF = "Off"
+    ADVISORY = "Advisory"
+    AUTO = "Auto"
+
+
+class ModelSpec(_Model):
+    """The served model and, optionally, its architecture numbers for the capacity model."""
+
+    name: str = Field(min_length=1)
+    preset: str | None = None
+    params: float | None = Field(default=None, gt=0)
+    layers: int | None = Field(default=None, ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)
+    head_dim: int | None = Field(default=None, ge=1)
+    hidden_size: int | None = Field(default=None, ge=1)
+    kv_bytes: float | None = Field(default=None, gt=0)
+    weight_bytes: float | None = Field(default=None, gt=0)
+    kv_latent_dim: int | None = Field(default=None, ge=1)
+    rope_dim: int | None = Field(default=None, ge=1)
+
+
+class HardwareSpec(_Model):
+    """GPU and link numbers for the capacity model (presets resolved by the controller)."""
+
+    gpu: str | None = None
+    peak_flops: float | None = Field(default=None, gt=0)
+    mfu: float | None = Field(default=None, gt=0, le=1)
+    hbm_bandwidth: float | None = Field(default=None, gt=0)
+    mbu: float | None = Field(default=None, gt=0, le=1)
+    hbm_bytes: float | None = Field(default=None, gt=0)
+    link: str | None = None
+    link_bandwidth: float | None = Field(default=None, gt=0)
+    link_overhead_seconds: float | None = Field(default=None, ge=0)
+
+
+class SloSpec(_Model):
+    ttft_seconds: float = Field(default=0.6, gt=0)
+    tpot_seconds: float = Field(default=0.1, gt=0)
+    attainment: float = Field(default=0.9, gt=0, le=1)
+    transfer_budget_seconds: float | None = Field(default=None, ge=0)
+
+
+class EngineSpec(_Model):
+    type: EngineType = EngineType.VLLM
+    image: str = Field(min_length=1)
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    port: int = Field(default=8000, ge=1, le=65535)
+    kv_connector: str | None = None
+    env: tuple[dict[str, Any], ...] = ()
+
+
+class PoolSpec(_Model):
+    """One role's pool: how many instances and the parts of their pod template."""
+
+    replicas: int = Field(default=1, ge=0)
+    min_replicas: int = Field(default=0, ge=0)
+    max_replicas: int = Field(default=64, ge=0)
+    gpus_per_instance: int = Field(default=1, ge=1, le=64)
+    args: tuple[str, ...] = ()
+    resources: dict[str, Any] = Field(default_factory=dict)
+    env: tuple[dict[str, Any], ...] = ()
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    affinity: dict[str, Any] = Field(default_factory=dict)
+
+    def scheduling_key(self) -> tuple[Any, ...]:
+        """What decides where an instance can run; equal keys make two roles convertible."""
+        return (self.gpus_per_instance, self.resources, self.node_selector, self.tolerations, self.affinity)
+
+
+class RouterSpec(_Model):
+    type: RouterType = RouterType.VLLM_ROUTER
+    image: str | None = None
+    replicas: int = Field(default=1, ge=0)
+    port: int = Field(default=8000, ge=1, le=65535)
+    args: tuple[str, ...] = ()
+    service_account_name: str | None = None
+
+
+class ConversionSpec(_Model):
+    enabled: bool = True
+    drain_timeout_seconds: float = Field(default=60.0, gt=0)
+    switch_method: SwitchMethod = SwitchMethod.AUTO
+    switch_path: str = "/pd_role_switch"
+
+
+class RolloutSpec(_Model):
+    max_surge: int = Field(default=1, ge=0)
+    max_unavailable: int = Field(default=0, ge=0)
+
+
+class PrometheusRef(_Model):
+    url: str
+    bearer_token_secret_ref: dict[str, str] | None = None
+
+
+class AutoscalingSpec(_Model):
+    mode: AutoscalingMode = AutoscalingMode.OFF
+    interval_seconds: float = Field(default=15.0, ge=1)
+    prometheus: PrometheusRef | None = None
+    scale_up_window_seconds: float = Field(default=0.0, ge=0)
+    scale_down_window_seconds: float = Field(default=300.0, ge=0)
+    tolerance: float = Field(default=0.1, ge=0, le=1)
+    gpu_budget: int | None = Field(default=None, ge=0)
+
+
+class PDDeploymentSpec(_Model):
+    """`spec` of a PDDeployment."""
+
+    model: ModelSpec
+    hardware: HardwareSpec = HardwareSpec()
+    slo: SloSpec = SloSpec()
+    engine: EngineSpec
+    prefill: PoolSpec = PoolSpec()
+    decode: PoolSpec = PoolSpec()
+    router: RouterSpec = RouterSpec()
+    conversion: ConversionSpec = ConversionSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    autoscaling: AutoscalingSpec = AutoscalingSpec()
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> PDDeploymentSpec:
+        for role in Role:
+            pool = self.pool(role)
+            if not pool.min_replicas <= pool.replicas <= pool.max_replicas:
+                raise ValueError(
+                    f"spec.{role}.replicas={pool.replicas} must be within "
+                    f"[minReplicas={pool.min_replicas}, maxReplicas={pool.max_replicas}]"
+                )
+        if self.conversion.enabled and not self.roles_compatible:
+            raise ValueError(
+                "spec.conversion.enabled=true requires spec.prefill and spec.decode to have equal "
+                "gpusPerInstance, resources, nodeSelector, tolerations and affinity"
+            )
+        if self.switch_method is SwitchMethod.ROUTING and self.engine.type is not EngineType.VLLM:
+            raise ValueError(
+                f"spec.conversion.switchMethod=Routing needs engine vllm, not {self.engine.type}"
+            )
+        if self.router.type is not RouterType.NONE and not self.router.image:
+            raise ValueError(f"spec.router.image is required for spec.router.type={self.router.type}")
+        if self.rollout.max_surge == 0 and self.rollout.max_unavailable == 0:
+            raise ValueError("spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0")
+        return self
+
+    def pool(self, role: Role) -> PoolSpec:
+        return self.prefill if role is Role.PREFILL else self.decode
+
+    @property
+    def roles_compatible(self) -> bool:
+        """True when an instance of one role could run as the other without moving (same scheduling)."""
+        return self.prefill.scheduling_key() == self.decode.scheduling_key()
+
+    @property
+    def switch_method(self) -> SwitchMethod:
+        """The concrete switch method: Auto resolved from the engine type."""
+        if self.conversion.switch_method is not SwitchMethod.AUTO:
+            return self.conversion.switch_method
+        return {
+            EngineType.VLLM: SwitchMethod.ROUTING,
+            EngineType.SGLANG: SwitchMethod.HTTP,
+            EngineType.CUSTOM: SwitchMethod.RESTART,
+        }[self.engine.type]
+
+
+class PDDeployment(_Model):
+    """The parts of a PDDeployment object the operator needs: identity and spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int = 0
+    spec: PDDeploymentSpec
+
+
+def parse_pdd(body: dict[str, Any]) -> PDDeployment:
+    """Parse a raw PDDeployment object; raise SpecError naming the field, value and rule on bad input."""
+    metadata = body.get("metadata", {})
+    try:
+        return PDDeployment(
+            name=metadata.get("name", ""),
+            namespace=metadata.get("namespace", ""),
+            uid=metadata.get("uid", ""),
+            generation=metadata.get("generation", 0),
+            spec=PDDeploymentSpec.model_validate(body.get("spec") or {}),
+        )
+    except ValidationError as error:
+        raise SpecError(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"])
+        where = f"spec.{path}" if path else "spec"
+        value = item.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        problems.append(f"{where}: {item['msg']}{shown}")
+    return "; ".join(problems)

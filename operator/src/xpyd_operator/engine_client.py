@@ -1,0 +1,110 @@
+"""HTTP I/O with engine instances: in-flight requests from /metrics, the role-switch call, verification.
+
+A failed read is `None` ("no data"), never 0: draining waits for a known 0 or the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+from xpyd_api.models import EngineType
+from xpyd_api.names import Role
+from xpyd_operator.plan.instances import Instance
+
+# Gauges whose sum is an instance's in-flight requests (running + queued), per engine.
+IN_FLIGHT_METRICS: dict[EngineType, tuple[tuple[str, str], ...]] = {
+    EngineType.VLLM: (("vllm:num_requests_running", "vllm:num_requests_waiting"),),
+    EngineType.SGLANG: (("sglang:num_running_reqs", "sglang:num_queue_reqs"),),
+    EngineType.CUSTOM: (
+        ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+        ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    ),
+}
+
+
+class EngineError(RuntimeError):
+    """An engine endpoint did not do what was asked; the message names the URL and the answer."""
+
+
+def parse_in_flight(text: str, families: Sequence[tuple[str, ...]]) -> int | None:
+    """Sum of the first metric family whose every gauge appears in `text` (all label sets); else None."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name, _, labelled = line.partition("{")
+            rest = labelled.rsplit("}", 1)[-1]
+        else:
+            name, _, rest = line.partition(" ")
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            values[name] = values.get(name, 0.0) + value
+    for family in families:
+        if all(name in values for name in family):
+            return round(sum(values[name] for name in family))
+    return None
+
+
+def base_url(instance: Instance, port: int, probe_pod_ip: bool) -> str | None:
+    """Where the engine answers: the pod's annotation override, else its pod IP (when allowed)."""
+    if instance.engine_url:
+        return instance.engine_url.rstrip("/")
+    if instance.metrics_url:
+        return instance.metrics_url.rsplit("/metrics", 1)[0].rstrip("/")
+    if probe_pod_ip and instance.pod_ip:
+        return f"http://{instance.pod_ip}:{port}"
+    return None
+
+
+def metrics_url(instance: Instance, port: int, probe_pod_ip: bool) -> str | None:
+    if instance.metrics_url:
+        return instance.metrics_url
+    base = base_url(instance, port, probe_pod_ip)
+    return f"{base}/metrics" if base else None
+
+
+def read_in_flight(url: str, engine: EngineType, timeout: float) -> int | None:
+    """In-flight requests of one instance, or None when the endpoint does not answer with them."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            text = response.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return parse_in_flight(text, IN_FLIGHT_METRICS[engine])
+
+
+def switch_role(url: str, target: Role, timeout: float) -> None:
+    """POST the engine's role-switch endpoint (SGLang `/pd_role_switch` takes `new_role`)."""
+    body = json.dumps({"new_role": str(target)}).encode()
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+    except urllib.error.HTTPError as error:
+        raise EngineError(f"POST {url} new_role={target}: HTTP {error.code} {error.read()[:200]!r}") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise EngineError(f"POST {url} new_role={target}: {error}") from None
+
+
+def reported_role(url: str, timeout: float) -> str | None:
+    """The role an engine reports in its server info (`disaggregation_mode`), or None if unknown."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            info = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    mode = info.get("disaggregation_mode") if isinstance(info, dict) else None
+    return str(mode) if mode is not None else None

@@ -1,0 +1,198 @@
+"""The operator's only Kubernetes I/O: raw JSON calls through the official client's ApiClient.
+
+Raw dicts rather than the client's model classes: the pure modules render and parse plain JSON, and this
+way nothing is converted twice. Optimistic concurrency (resourceVersion, uid preconditions) guards
+every change to an instance, so a stale view can never act twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from xpyd_api.names import (
+    API_VERSION,
+    COMPONENT_INSTANCE,
+    GROUP,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_PDD,
+    PLURAL,
+    VERSION,
+)
+
+FIELD_MANAGER = "xpyd-operator"
+REQUEST_TIMEOUT_SECONDS = 30
+
+
+class KubeError(RuntimeError):
+    """A Kubernetes API call failed; `status` is the HTTP status (0 when no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What an Event is about."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+def connect() -> client.ApiClient:
+    """An ApiClient from the in-cluster service account, or from KUBECONFIG outside a cluster."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    """Thin wrapper: one method per call the reconcile loop makes."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        params = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(*params, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+            response.read()
+        except ApiException as error:
+            raise KubeError(error.status or 0, str(error.body or error.reason)) from None
+        if response.status >= 400:
+            raise KubeError(response.status, (response.data or b"").decode(errors="replace"))
+        return json.loads(response.data) if response.data else None
+
+    # --- instance pods -------------------------------------------------------------------------
+
+    def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
+        selector = f"{LABEL_PDD}={pdd},{LABEL_COMPONENT}={COMPONENT_INSTANCE}"
+        result = self._call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query=[("labelSelector", selector)]
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    def create(self, body: dict[str, Any]) -> bool:
+        """Create a namespaced core/v1 object; False when it already exists (a retried create)."""
+        namespace = body["metadata"]["namespace"]
+        plural = {"Pod": "pods", "Service": "services"}[body["kind"]]
+        try:
+            self._call("POST", f"/api/v1/namespaces/{namespace}/{plural}", body)
+        except KubeError as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly that pod (uid precondition): a same-named successor is never hit."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        except KubeError as error:
+            if error.status not in (404, 409):
+                raise
+
+    def patch_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Merge-patch labels/annotations (None removes one); 409 if the pod changed since it was read."""
+        metadata: dict[str, Any] = {"resourceVersion": resource_version}
+        if labels:
+            metadata["labels"] = dict(labels)
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        body = {"metadata": metadata}
+        self._call(
+            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body, "application/merge-patch+json"
+        )
+
+    # --- services, router, status, events -------------------------------------------------------
+
+    def apply(self, body: dict[str, Any]) -> None:
+        """Server-side apply of a Service or Deployment we own (creates it or fixes drift)."""
+        namespace = body["metadata"]["namespace"]
+        name = body["metadata"]["name"]
+        prefix = "/apis/apps/v1" if body["kind"] == "Deployment" else "/api/v1"
+        plural = "deployments" if body["kind"] == "Deployment" else "services"
+        self._call(
+            "PATCH",
+            f"{prefix}/namespaces/{namespace}/{plural}/{name}",
+            body,
+            "application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+
+    def delete_deployment(self, namespace: str, name: str) -> None:
+        try:
+            self._call("DELETE", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+        except KubeError as error:
+            if error.status != 404:
+                raise
+
+    def router_ready_replicas(self, namespace: str, name: str) -> int:
+        try:
+            deployment = self._call("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+        except KubeError as error:
+            if error.status == 404:
+                return 0
+            raise
+        return int((deployment.get("status") or {}).get("readyReplicas") or 0)
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
+
+    def event(self, about: ObjectRef, reason: str, message: str, warning: bool = False) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{about.name}.", "namespace": about.namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": about.name,
+                "namespace": about.namespace,
+                "uid": about.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call("POST", f"/api/v1/namespaces/{about.namespace}/events", body)

@@ -1,0 +1,157 @@
+"""Typed view of observed instance pods, and the drain/conversion record each pod carries.
+
+The record lives in one annotation and is rewritten at every step (with the pod's resourceVersion as a
+precondition), so an operator that restarts reads exactly where each instance was.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from xpyd_api.names import (
+    ANNOTATION_CONVERSIONS,
+    ANNOTATION_ENGINE_URL,
+    ANNOTATION_METRICS_URL,
+    ANNOTATION_TRANSITION,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    LABEL_TEMPLATE_HASH,
+    Role,
+)
+
+
+class TransitionKind(StrEnum):
+    CONVERT = "Convert"  # the instance changes role and stays
+    REMOVE = "Remove"  # the instance is drained, then deleted (scale-in, rolling update)
+
+
+class Step(StrEnum):
+    DRAINING = "Draining"  # serving=false; waiting for in-flight requests to reach 0 or the timeout
+    SWITCHING = "Switching"  # changing the engine's role (routing only, HTTP call, or restart)
+    VERIFYING = "Verifying"  # checking the engine took the new role before it takes traffic again
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An in-progress drain or conversion of one instance, as recorded on its pod."""
+
+    kind: TransitionKind
+    source: Role
+    target: Role | None  # None for removals
+    step: Step
+    started: float  # epoch seconds the transition began
+    step_started: float  # epoch seconds the current step began
+    drain_result: str | None = None  # "idle" or "timeout", once drained
+
+    def advance(self, step: Step, now: float, drain_result: str | None = None) -> Transition:
+        return replace(self, step=step, step_started=now, drain_result=drain_result or self.drain_result)
+
+    def to_json(self) -> str:
+        record = {
+            "kind": str(self.kind),
+            "from": str(self.source),
+            "to": str(self.target) if self.target else None,
+            "step": str(self.step),
+            "started": self.started,
+            "stepStarted": self.step_started,
+            "drainResult": self.drain_result,
+        }
+        return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> Transition:
+        """Parse a record; raise ValueError naming the annotation and the bad field."""
+        try:
+            record = json.loads(text)
+            target = record.get("to")
+            return Transition(
+                kind=TransitionKind(record["kind"]),
+                source=Role(record["from"]),
+                target=Role(target) if target else None,
+                step=Step(record["step"]),
+                started=float(record["started"]),
+                step_started=float(record["stepStarted"]),
+                drain_result=record.get("drainResult"),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(
+                f"annotation {ANNOTATION_TRANSITION}={text!r} is not a valid record: {error}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance pod, as much as planning needs of it."""
+
+    name: str
+    uid: str
+    resource_version: str
+    role: Role
+    serving: bool
+    ready: bool
+    failed: bool
+    deleting: bool
+    node: str | None
+    pod_ip: str | None
+    template_hash: str
+    created: float
+    transition: Transition | None = None
+    conversions: int = 0
+    metrics_url: str | None = None
+    engine_url: str | None = None
+
+    @property
+    def effective_role(self) -> Role:
+        """The role this instance counts for: a converting instance already counts for its target."""
+        if self.transition and self.transition.kind is TransitionKind.CONVERT and self.transition.target:
+            return self.transition.target
+        return self.role
+
+    @property
+    def leaving(self) -> bool:
+        """Being removed: no longer counted as a member of any pool."""
+        removing = self.transition is not None and self.transition.kind is TransitionKind.REMOVE
+        return self.deleting or self.failed or removing
+
+
+def _epoch(timestamp: str | None) -> float:
+    if not timestamp:
+        return 0.0
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def parse_instance(pod: dict[str, Any]) -> Instance | None:
+    """Typed view of an instance pod; None when it lacks a valid role label (not ours to manage)."""
+    metadata = pod.get("metadata", {})
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    try:
+        role = Role(labels.get(LABEL_ROLE, ""))
+    except ValueError:
+        return None
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    record = annotations.get(ANNOTATION_TRANSITION)
+    return Instance(
+        name=metadata["name"],
+        uid=metadata.get("uid", ""),
+        resource_version=metadata.get("resourceVersion", ""),
+        role=role,
+        serving=labels.get(LABEL_SERVING) == "true",
+        ready=ready and status.get("phase") == "Running",
+        failed=status.get("phase") in ("Failed", "Succeeded"),
+        deleting=metadata.get("deletionTimestamp") is not None,
+        node=(pod.get("spec") or {}).get("nodeName"),
+        pod_ip=status.get("podIP"),
+        template_hash=labels.get(LABEL_TEMPLATE_HASH, ""),
+        created=_epoch(metadata.get("creationTimestamp")),
+        transition=Transition.from_json(record) if record else None,
+        conversions=int(annotations.get(ANNOTATION_CONVERSIONS, "0") or 0),
+        metrics_url=annotations.get(ANNOTATION_METRICS_URL),
+        engine_url=annotations.get(ANNOTATION_ENGINE_URL),
+    )

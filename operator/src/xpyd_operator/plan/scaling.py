@@ -1,0 +1,192 @@
+"""The reconcile plan: counts, replacements, scale-in victims, rolling updates and conversions.
+
+Level-based: the plan looks only at what exists now (pods and the records on them), so running it again
+after any partial execution, or after an operator restart, asks only for what is still missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from xpyd_api.models import PDDeploymentSpec
+from xpyd_api.names import Reason, Role
+from xpyd_operator.plan.actions import (
+    Action,
+    AdvanceTransition,
+    BeginTransition,
+    CancelTransition,
+    CreateInstance,
+    DeleteInstance,
+    SwitchEngine,
+    VerifyEngine,
+)
+from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    pdd_name: str
+    spec: PDDeploymentSpec
+    instances: Sequence[Instance]
+    template_hashes: Mapping[Role, str]
+    in_flight: Mapping[str, int | None] = field(default_factory=dict)  # by pod name; missing = unknown
+    now: float = 0.0
+
+
+def victim_order(instance: Instance, in_flight: Mapping[str, int | None]) -> tuple[bool, float, float]:
+    """Sort key for instances to give up: unready first, then least loaded (unknown load last), then newest."""
+    load = in_flight.get(instance.name)
+    return (instance.ready, math.inf if load is None else float(load), -instance.created)
+
+
+def roles_needing_load(spec: PDDeploymentSpec, instances: Sequence[Instance]) -> set[Role]:
+    """Roles with more members than desired: the shell reads those instances' load before planning."""
+    return {role for role in Role if len(_members(instances, role)) > spec.pool(role).replicas}
+
+
+def _members(instances: Sequence[Instance], role: Role) -> list[Instance]:
+    return [i for i in instances if not i.leaving and i.effective_role == role]
+
+
+def _transition_actions(inp: PlanInput, instance: Instance) -> list[Action]:
+    transition = instance.transition
+    if transition is None or instance.deleting or instance.failed:
+        return []
+    if transition.step is Step.DRAINING:
+        in_flight = inp.in_flight.get(instance.name)
+        if in_flight == 0:
+            result = "idle"
+        elif inp.now - transition.step_started >= inp.spec.conversion.drain_timeout_seconds:
+            result = "timeout"
+        else:
+            return []
+        if transition.kind is TransitionKind.REMOVE:
+            return [DeleteInstance(instance, f"drained ({result})")]
+        return [AdvanceTransition(instance, transition.advance(Step.SWITCHING, inp.now, result))]
+    assert transition.target is not None, "only conversions get past draining"
+    if transition.step is Step.SWITCHING:
+        return [SwitchEngine(instance, transition.target, inp.spec.switch_method)]
+    return [VerifyEngine(instance, transition.target, inp.spec.switch_method)]
+
+
+def _begin(
+    inp: PlanInput, instance: Instance, kind: TransitionKind, target: Role | None, reason: str
+) -> Action:
+    transition = Transition(kind, instance.role, target, Step.DRAINING, inp.now, inp.now)
+    return BeginTransition(instance, transition, reason)
+
+
+class _Namer:
+    """Instance names `<pdd>-<n>`, lowest free n first: deterministic, so a retried create is idempotent."""
+
+    def __init__(self, pdd_name: str, instances: Sequence[Instance]) -> None:
+        self._prefix = f"{pdd_name}-"
+        self._used = {i.name for i in instances}
+        self._next = 0
+
+    def take(self) -> str:
+        while f"{self._prefix}{self._next}" in self._used:
+            self._next += 1
+        name = f"{self._prefix}{self._next}"
+        self._used.add(name)
+        return name
+
+
+def _scale_role(
+    inp: PlanInput, role: Role, members: list[Instance], busy: set[str], namer: _Namer
+) -> list[Action]:
+    """Create, remove or roll the members of one role towards its desired count and template.
+
+    `busy` names instances that already got an action this round (a conversion just begun): they count
+    as members but are not picked again.
+    """
+    desired = inp.spec.pool(role).replicas
+    rollout = inp.spec.rollout
+    idle = [m for m in members if m.transition is None and m.name not in busy]
+    outdated = [m for m in idle if m.template_hash != inp.template_hashes[role]]
+    leaving = [i for i in inp.instances if i.leaving and not i.failed and i.role == role]
+    actions: list[Action] = []
+
+    creates = desired - len(members)
+    if outdated:
+        surge_room = desired + rollout.max_surge - (len(members) + len(leaving))
+        creates = max(creates, min(surge_room, len(outdated)))
+    reason = "rolling update" if outdated and len(members) >= desired else "scale up or replace"
+    actions += [CreateInstance(role, namer.take(), reason) for _ in range(max(0, creates))]
+
+    victims: list[tuple[Instance, str]] = []
+    if outdated:
+        # Rolling update: old instances go when the pool stays available without them.
+        available = sum(1 for m in idle if m.ready)
+        budget = available - (desired - rollout.max_unavailable)
+        for old in sorted(outdated, key=lambda i: victim_order(i, inp.in_flight)):
+            if not old.ready:
+                victims.append((old, "rolling update (not ready)"))
+            elif budget > 0:
+                victims.append((old, "rolling update"))
+                budget -= 1
+        excess = len(members) - len(victims) - (desired + rollout.max_surge)
+    else:
+        excess = len(members) - desired
+    chosen = {v.name for v, _ in victims}
+    remaining = sorted(
+        (m for m in idle if m.name not in chosen), key=lambda i: victim_order(i, inp.in_flight)
+    )
+    victims += [(m, "scale down") for m in remaining[: max(0, excess)]]
+
+    for victim, why in victims:
+        if victim.ready:
+            actions.append(_begin(inp, victim, TransitionKind.REMOVE, None, why))
+        else:
+            actions.append(DeleteInstance(victim, why))
+    return actions
+
+
+def plan(inp: PlanInput) -> list[Action]:
+    """Every action needed now to move the observed instances towards the spec."""
+    actions: list[Action] = []
+    for instance in inp.instances:
+        if instance.failed and not instance.deleting:
+            actions.append(DeleteInstance(instance, Reason.PODS_FAILED))
+        else:
+            actions += _transition_actions(inp, instance)
+
+    members = {role: _members(inp.instances, role) for role in Role}
+    # A pool that needs instances again takes back the ones it is still draining for removal.
+    for role in Role:
+        shortfall = inp.spec.pool(role).replicas - len(members[role])
+        draining = [
+            i
+            for i in inp.instances
+            if i.transition
+            and i.transition.kind is TransitionKind.REMOVE
+            and i.transition.step is Step.DRAINING
+            and i.role == role
+            and not (i.deleting or i.failed)
+        ]
+        for instance in draining[: max(0, shortfall)]:
+            actions = [a for a in actions if getattr(a, "instance", None) != instance]
+            actions.append(CancelTransition(instance))
+            members[role].append(instance)
+
+    if inp.spec.conversion.enabled and inp.spec.roles_compatible:
+        for source in Role:
+            target = source.other
+            surplus = len(members[source]) - inp.spec.pool(source).replicas
+            deficit = inp.spec.pool(target).replicas - len(members[target])
+            candidates = sorted(
+                (m for m in members[source] if m.transition is None),
+                key=lambda i: victim_order(i, inp.in_flight),
+            )
+            for instance in candidates[: max(0, min(surplus, deficit))]:
+                actions.append(_begin(inp, instance, TransitionKind.CONVERT, target, f"convert to {target}"))
+                members[source].remove(instance)
+                members[target].append(instance)
+
+    busy = {a.instance.name for a in actions if isinstance(a, BeginTransition)}
+    namer = _Namer(inp.pdd_name, inp.instances)
+    for role in Role:
+        actions += _scale_role(inp, role, members[role], busy, namer)
+    return actions

@@ -1,0 +1,270 @@
+"""The imperative shell around the pure plan: observe, plan, act, report. One call = one reconcile pass.
+
+Every action is idempotent or guarded by a precondition (resourceVersion, uid), so a pass interrupted at
+any point (crash, conflict, operator restart) is finished by the next pass and never done twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from xpyd_api.models import PDDeployment, SpecError, SwitchMethod, parse_pdd
+from xpyd_api.names import (
+    ANNOTATION_CONVERSIONS,
+    ANNOTATION_TRANSITION,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    ConditionType,
+    Reason,
+    Role,
+)
+from xpyd_operator import engine_client, render
+from xpyd_operator.config import OperatorConfig
+from xpyd_operator.k8s import Kube, KubeError, ObjectRef
+from xpyd_operator.plan.actions import (
+    Action,
+    AdvanceTransition,
+    BeginTransition,
+    CancelTransition,
+    CreateInstance,
+    DeleteInstance,
+    SwitchEngine,
+    VerifyEngine,
+)
+from xpyd_operator.plan.instances import Instance, Step, TransitionKind, parse_instance
+from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
+from xpyd_operator.status import StatusInput, compute_status, invalid_spec_conditions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reconciler:
+    kube: Kube
+    config: OperatorConfig
+    clock: Callable[[], float] = time.time
+    # uid -> generation whose services and router were last applied (re-applied after a restart).
+    _applied: dict[str, int] = field(default_factory=dict)
+    # uid -> generation whose invalid spec was already reported (one Event per bad generation).
+    _reported_invalid: dict[str, int] = field(default_factory=dict)
+
+    def reconcile(self, body: Mapping[str, Any]) -> bool:
+        """One pass; returns True while work is in progress (the caller then polls quickly)."""
+        try:
+            pdd = parse_pdd(dict(body))
+        except SpecError as error:
+            self._report_invalid(body, str(error))
+            return False
+        self._apply_owned(pdd)
+        instances = self._observe(pdd)
+        hashes = {role: render.template_hash(pdd.spec, role) for role in Role}
+        in_flight = self._read_loads(pdd, instances)
+        actions = plan(PlanInput(pdd.name, pdd.spec, instances, hashes, in_flight, self.clock()))
+        for action in actions:
+            try:
+                self._execute(pdd, action)
+            except KubeError as error:
+                if error.status != 409:  # a conflict means our view was stale: the next pass sees more
+                    raise
+                log.info("conflict on %s; retrying next pass", action)
+        if actions:
+            instances = self._observe(pdd)
+        status = compute_status(
+            StatusInput(
+                generation=pdd.generation,
+                spec=pdd.spec,
+                instances=instances,
+                template_hashes=hashes,
+                router_ready_replicas=self.kube.router_ready_replicas(pdd.namespace, f"{pdd.name}-router"),
+                previous_conditions=(body.get("status") or {}).get("conditions") or [],
+                now=self.clock(),
+            )
+        )
+        self._write_status(pdd, body, status)
+        progressing = any(
+            c["type"] == ConditionType.PROGRESSING and c["status"] == "True" for c in status["conditions"]
+        )
+        return bool(actions) or progressing
+
+    def forget(self, uid: str) -> None:
+        self._applied.pop(uid, None)
+        self._reported_invalid.pop(uid, None)
+
+    # --- observe ---------------------------------------------------------------------------------
+
+    def _observe(self, pdd: PDDeployment) -> list[Instance]:
+        pods = self.kube.list_instances(pdd.namespace, pdd.name)
+        return [i for i in (parse_instance(p) for p in pods) if i is not None]
+
+    def _read_loads(self, pdd: PDDeployment, instances: list[Instance]) -> dict[str, int | None]:
+        """In-flight requests of draining instances and of scale-in candidates (nothing else is read)."""
+        crowded = roles_needing_load(pdd.spec, instances)
+        wanted = [
+            i
+            for i in instances
+            if (i.transition and i.transition.step is Step.DRAINING)
+            or (i.ready and i.transition is None and i.effective_role in crowded)
+        ]
+        loads: dict[str, int | None] = {}
+        for instance in wanted:
+            url = engine_client.metrics_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
+            timeout = self.config.engine_timeout_seconds
+            loads[instance.name] = (
+                engine_client.read_in_flight(url, pdd.spec.engine.type, timeout) if url else None
+            )
+        return loads
+
+    # --- act -------------------------------------------------------------------------------------
+
+    def _apply_owned(self, pdd: PDDeployment) -> None:
+        if self._applied.get(pdd.uid) == pdd.generation:
+            return
+        for role in Role:
+            self.kube.apply(render.role_service(pdd, role))
+        deployment = render.router_deployment(pdd)
+        service = render.router_service(pdd)
+        if deployment and service:
+            self.kube.apply(deployment)
+            self.kube.apply(service)
+        else:
+            self.kube.delete_deployment(pdd.namespace, f"{pdd.name}-router")
+        self._applied[pdd.uid] = pdd.generation
+
+    def _event(self, pdd: PDDeployment, reason: str, message: str, warning: bool = False) -> None:
+        try:
+            self.kube.event(ObjectRef(pdd.name, pdd.namespace, pdd.uid), reason, message, warning)
+        except KubeError as error:  # an Event is a report, never a reason to stop reconciling
+            log.warning("could not post event %s: %s", reason, error)
+
+    def _execute(self, pdd: PDDeployment, action: Action) -> None:
+        ns = pdd.namespace
+        match action:
+            case CreateInstance(role=role, name=name, reason=why):
+                if self.kube.create(render.instance_pod(pdd, role, name)):
+                    self._event(pdd, Reason.CREATED, f"created {role} instance {name} ({why})")
+            case DeleteInstance(instance=instance, reason=why):
+                self.kube.delete_pod(ns, instance.name, instance.uid)
+                self._event(pdd, Reason.DELETED, f"deleted {instance.role} instance {instance.name} ({why})")
+            case BeginTransition(instance=instance, transition=transition, reason=why):
+                self.kube.patch_pod(
+                    ns,
+                    instance.name,
+                    instance.resource_version,
+                    labels={LABEL_SERVING: "false"},
+                    annotations={ANNOTATION_TRANSITION: transition.to_json()},
+                )
+                self._event(
+                    pdd, Reason.DRAINING, f"draining {instance.role} instance {instance.name} ({why})"
+                )
+            case AdvanceTransition(instance=instance, transition=transition):
+                annotations = {ANNOTATION_TRANSITION: transition.to_json()}
+                self.kube.patch_pod(ns, instance.name, instance.resource_version, annotations=annotations)
+                self._event(
+                    pdd,
+                    Reason.CONVERSION_STEP,
+                    f"{instance.name}: {transition.step} (drain {transition.drain_result})",
+                )
+            case CancelTransition(instance=instance):
+                self.kube.patch_pod(
+                    ns,
+                    instance.name,
+                    instance.resource_version,
+                    labels={LABEL_SERVING: "true"},
+                    annotations={ANNOTATION_TRANSITION: None},
+                )
+                self._event(pdd, Reason.CONVERSION_STEP, f"{instance.name}: needed again, back in service")
+            case SwitchEngine(instance=instance, target=target, method=method):
+                self._switch(pdd, instance, target, method)
+            case VerifyEngine(instance=instance, target=target, method=method):
+                if self._verified(pdd, instance, target, method):
+                    self._finish_conversion(pdd, instance, target)
+
+    def _switch(self, pdd: PDDeployment, instance: Instance, target: Role, method: SwitchMethod) -> None:
+        assert instance.transition is not None
+        verifying = instance.transition.advance(Step.VERIFYING, self.clock())
+        if method is SwitchMethod.RESTART:
+            self._restart_as(pdd, instance, target, verifying.to_json())
+            return
+        if method is SwitchMethod.HTTP:
+            base = engine_client.base_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
+            try:
+                if base is None:
+                    raise engine_client.EngineError(f"{instance.name} has no reachable engine URL")
+                url = base + pdd.spec.conversion.switch_path
+                engine_client.switch_role(url, target, self.config.engine_timeout_seconds)
+            except engine_client.EngineError as error:
+                self._event(pdd, Reason.SWITCH_FAILED, f"{instance.name}: {error}", warning=True)
+                return
+        annotations = {ANNOTATION_TRANSITION: verifying.to_json()}
+        self.kube.patch_pod(pdd.namespace, instance.name, instance.resource_version, annotations=annotations)
+
+    def _restart_as(self, pdd: PDDeployment, instance: Instance, target: Role, record: str) -> None:
+        """Recreate the instance with the same name on the same node, rendered for its new role."""
+        self.kube.delete_pod(pdd.namespace, instance.name, instance.uid)
+        deadline = self.clock() + self.config.restart_wait_seconds
+        while any(i.name == instance.name for i in self._observe(pdd)):
+            if self.clock() > deadline:
+                return  # still terminating: the next pass replaces the missing instance
+            time.sleep(0.2)
+        pod = render.instance_pod(
+            pdd, target, instance.name, serving=False, node=instance.node, transition=record
+        )
+        pod["metadata"].setdefault("annotations", {})[ANNOTATION_CONVERSIONS] = str(instance.conversions)
+        self.kube.create(pod)
+
+    def _verified(self, pdd: PDDeployment, instance: Instance, target: Role, method: SwitchMethod) -> bool:
+        if not instance.ready:
+            return False
+        if method is not SwitchMethod.HTTP:
+            return True
+        base = engine_client.base_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
+        reported = engine_client.reported_role(f"{base}/server_info", self.config.engine_timeout_seconds)
+        if reported != str(target):
+            log.info("%s reports role %r, waiting for %s", instance.name, reported, target)
+        return reported == str(target)
+
+    def _finish_conversion(self, pdd: PDDeployment, instance: Instance, target: Role) -> None:
+        """Relabel, resume serving, clear the record and count the conversion: one atomic patch."""
+        transition = instance.transition
+        assert transition is not None and transition.kind is TransitionKind.CONVERT
+        self.kube.patch_pod(
+            pdd.namespace,
+            instance.name,
+            instance.resource_version,
+            labels={LABEL_ROLE: str(target), LABEL_SERVING: "true"},
+            annotations={ANNOTATION_TRANSITION: None, ANNOTATION_CONVERSIONS: str(instance.conversions + 1)},
+        )
+        took = self.clock() - transition.started
+        self._event(
+            pdd,
+            Reason.CONVERTED,
+            f"converted {instance.name} {transition.source}->{target} in {took:.1f}s "
+            f"(drain {transition.drain_result})",
+        )
+
+    # --- report ----------------------------------------------------------------------------------
+
+    def _write_status(self, pdd: PDDeployment, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+        current = body.get("status") or {}
+        if all(current.get(key) == value for key, value in status.items()):
+            return
+        self.kube.patch_status(pdd.namespace, pdd.name, status)
+
+    def _report_invalid(self, body: Mapping[str, Any], message: str) -> None:
+        metadata = body.get("metadata") or {}
+        name, namespace, uid = (
+            metadata.get("name", ""),
+            metadata.get("namespace", ""),
+            metadata.get("uid", ""),
+        )
+        generation = int(metadata.get("generation") or 0)
+        previous = (body.get("status") or {}).get("conditions") or []
+        conditions = invalid_spec_conditions(message, generation, self.clock(), previous)
+        self.kube.patch_status(namespace, name, {"observedGeneration": generation, "conditions": conditions})
+        if self._reported_invalid.get(uid) != generation:
+            self.kube.event(ObjectRef(name, namespace, uid), Reason.INVALID_SPEC, message, warning=True)
+            self._reported_invalid[uid] = generation

@@ -1,0 +1,278 @@
+"""Pure rendering of the Kubernetes objects a PDDeployment owns: instance pods, services, the router.
+
+Instance pods carry the role only in labels (and in `XPYD_ROLE`, read from the label by the downward
+API), so relabelling moves an instance between roles; everything role-specific that is baked into the
+container (vLLM kv_role, a role-only arg) changes the template hash, so such an instance gets rolled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from xpyd_api.models import EngineType, PDDeployment, PDDeploymentSpec, RouterType, SwitchMethod
+from xpyd_api.names import (
+    ANNOTATION_TRANSITION,
+    API_VERSION,
+    COMPONENT_INSTANCE,
+    COMPONENT_ROUTER,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_PDD,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    LABEL_TEMPLATE_HASH,
+    Role,
+)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+ENGINE_CONTAINER = "engine"
+ROLE_ENV = "XPYD_ROLE"
+DEFAULT_VLLM_CONNECTOR = "NixlConnector"
+DEFAULT_SGLANG_BACKEND = "mooncake"
+SGLANG_COMMAND = ("python3", "-m", "sglang.launch_server")
+VLLM_COMMAND = ("vllm", "serve")
+
+
+def owner_reference(pdd: PDDeployment) -> dict[str, Any]:
+    """Makes the PDDeployment the controlling owner, so deleting it garbage-collects everything."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": pdd.name,
+        "uid": pdd.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def instance_selector(pdd_name: str, role: Role) -> dict[str, str]:
+    """Labels of the instances of `role` that take traffic (Services and the router use these)."""
+    return {LABEL_PDD: pdd_name, LABEL_ROLE: str(role), LABEL_SERVING: "true"}
+
+
+def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
+    """The engine's command-line arguments for `role`, before the user's extra args.
+
+    vLLM: `--kv-transfer-config` JSON with `kv_connector` and `kv_role` (kv_both when conversion is by
+    routing, since such an instance must serve either role; kv_producer/kv_consumer otherwise).
+    SGLang: `--disaggregation-mode prefill|decode` and `--disaggregation-transfer-backend`; with the HTTP
+    switch the mode is read from the role label at start, and `--enable-pd-role-switch` is set.
+    """
+    engine = spec.engine
+    method = spec.switch_method
+    tensor_parallel = spec.pool(role).gpus_per_instance
+    if engine.type is EngineType.VLLM:
+        if method is SwitchMethod.ROUTING:
+            kv_role = "kv_both"
+        else:
+            kv_role = "kv_producer" if role is Role.PREFILL else "kv_consumer"
+        kv_config = {"kv_connector": engine.kv_connector or DEFAULT_VLLM_CONNECTOR, "kv_role": kv_role}
+        args = ["--model", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
+        args += ["--kv-transfer-config", json.dumps(kv_config, separators=(",", ":"), sort_keys=True)]
+        if tensor_parallel > 1:
+            args += ["--tensor-parallel-size", str(tensor_parallel)]
+        return args
+    if engine.type is EngineType.SGLANG:
+        mode = f"$({ROLE_ENV})" if method is SwitchMethod.HTTP else str(role)
+        args = ["--model-path", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
+        args += ["--disaggregation-mode", mode]
+        args += ["--disaggregation-transfer-backend", engine.kv_connector or DEFAULT_SGLANG_BACKEND]
+        if tensor_parallel > 1:
+            args += ["--tp-size", str(tensor_parallel)]
+        if method is SwitchMethod.HTTP:
+            args.append("--enable-pd-role-switch")
+        return args
+    return []
+
+
+def _engine_command(spec: PDDeploymentSpec) -> list[str]:
+    if spec.engine.command:
+        return list(spec.engine.command)
+    return list(SGLANG_COMMAND if spec.engine.type is EngineType.SGLANG else VLLM_COMMAND)
+
+
+def _resources(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
+    pool = spec.pool(role)
+    resources: dict[str, Any] = json.loads(json.dumps(pool.resources))  # deep copy of plain JSON
+    gpus = str(pool.gpus_per_instance)
+    resources.setdefault("limits", {})[GPU_RESOURCE] = gpus
+    resources.setdefault("requests", {})[GPU_RESOURCE] = gpus
+    return resources
+
+
+def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
+    """The pod spec of an instance of `role` (without a node binding); its hash is the template hash."""
+    pool = spec.pool(role)
+    role_env = {
+        "name": ROLE_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_ROLE}']"}},
+    }
+    container = {
+        "name": ENGINE_CONTAINER,
+        "image": spec.engine.image,
+        "command": _engine_command(spec),
+        "args": [*engine_role_args(spec, role), *spec.engine.args, *pool.args],
+        "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}],
+        "env": [role_env, *spec.engine.env, *pool.env],
+        "resources": _resources(spec, role),
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+    }
+    pod_spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Always"}
+    if pool.node_selector:
+        pod_spec["nodeSelector"] = dict(pool.node_selector)
+    if pool.tolerations:
+        pod_spec["tolerations"] = list(pool.tolerations)
+    if pool.affinity:
+        pod_spec["affinity"] = pool.affinity
+    return pod_spec
+
+
+def template_hash(spec: PDDeploymentSpec, role: Role) -> str:
+    """Short stable hash of a role's pod template; a pod whose label differs is outdated."""
+    canonical = json.dumps(instance_pod_spec(spec, role), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def instance_pod(
+    pdd: PDDeployment,
+    role: Role,
+    name: str,
+    *,
+    serving: bool = True,
+    node: str | None = None,
+    transition: str | None = None,
+) -> dict[str, Any]:
+    """A complete instance Pod; `node` pins it (a restart conversion keeps the instance on its node)."""
+    spec = instance_pod_spec(pdd.spec, role)
+    if node:
+        spec["nodeName"] = node
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": pdd.namespace,
+        "labels": {
+            LABEL_PDD: pdd.name,
+            LABEL_ROLE: str(role),
+            LABEL_SERVING: "true" if serving else "false",
+            LABEL_TEMPLATE_HASH: template_hash(pdd.spec, role),
+            LABEL_COMPONENT: COMPONENT_INSTANCE,
+        },
+        "ownerReferences": [owner_reference(pdd)],
+    }
+    if transition is not None:
+        metadata["annotations"] = {ANNOTATION_TRANSITION: transition}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def role_service(pdd: PDDeployment, role: Role) -> dict[str, Any]:
+    """Headless Service per role: DNS for the serving instances of that role."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{pdd.name}-{role}",
+            "namespace": pdd.namespace,
+            "labels": {LABEL_PDD: pdd.name, LABEL_ROLE: str(role)},
+            "ownerReferences": [owner_reference(pdd)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": instance_selector(pdd.name, role),
+            "ports": [{"name": "http", "port": pdd.spec.engine.port, "targetPort": "http"}],
+        },
+    }
+
+
+def _selector_terms(pdd_name: str, role: Role) -> list[str]:
+    return [f"{key}={value}" for key, value in instance_selector(pdd_name, role).items()]
+
+
+def router_args(pdd: PDDeployment) -> list[str]:
+    """Router flags: PD mode with Kubernetes service discovery by the instances' label selectors."""
+    spec = pdd.spec
+    pd_flag = (
+        "--vllm-pd-disaggregation" if spec.router.type is RouterType.VLLM_ROUTER else "--pd-disaggregation"
+    )
+    return [
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.router.port),
+        pd_flag,
+        "--service-discovery",
+        "--service-discovery-namespace",
+        pdd.namespace,
+        "--service-discovery-port",
+        str(spec.engine.port),
+        "--prefill-selector",
+        *_selector_terms(pdd.name, Role.PREFILL),
+        "--decode-selector",
+        *_selector_terms(pdd.name, Role.DECODE),
+        *spec.router.args,
+    ]
+
+
+def _router_labels(pdd_name: str) -> dict[str, str]:
+    return {LABEL_PDD: pdd_name, LABEL_COMPONENT: COMPONENT_ROUTER}
+
+
+def router_deployment(pdd: PDDeployment) -> dict[str, Any] | None:
+    """The router Deployment, or None when `spec.router.type` is none."""
+    router = pdd.spec.router
+    if router.type is RouterType.NONE:
+        return None
+    command = (
+        ["vllm-router"]
+        if router.type is RouterType.VLLM_ROUTER
+        else ["python3", "-m", "sglang_router.launch_router"]
+    )
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "router",
+                "image": router.image,
+                "command": command,
+                "args": router_args(pdd),
+                "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
+            }
+        ]
+    }
+    if router.service_account_name:
+        pod_spec["serviceAccountName"] = router.service_account_name
+    labels = _router_labels(pdd.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": f"{pdd.name}-router",
+            "namespace": pdd.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(pdd)],
+        },
+        "spec": {
+            "replicas": router.replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def router_service(pdd: PDDeployment) -> dict[str, Any] | None:
+    """The router's ClusterIP Service (the deployment's single endpoint), or None without a router."""
+    if pdd.spec.router.type is RouterType.NONE:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{pdd.name}-router",
+            "namespace": pdd.namespace,
+            "labels": _router_labels(pdd.name),
+            "ownerReferences": [owner_reference(pdd)],
+        },
+        "spec": {
+            "selector": _router_labels(pdd.name),
+            "ports": [{"name": "http", "port": pdd.spec.router.port, "targetPort": "http"}],
+        },
+    }

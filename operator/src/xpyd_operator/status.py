@@ -1,0 +1,174 @@
+"""Pure status: pool counts, conversions in progress and conditions, from the observed instances.
+
+Conditions keep their lastTransitionTime while their status does not change, so `kubectl describe`
+shows when something actually happened rather than when the operator last looked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from xpyd_api.models import PDDeploymentSpec, RouterType
+from xpyd_api.names import ConditionType, Reason, Role
+from xpyd_operator.plan.instances import Instance, TransitionKind
+
+
+@dataclass(frozen=True)
+class StatusInput:
+    generation: int
+    spec: PDDeploymentSpec
+    instances: Sequence[Instance]
+    template_hashes: Mapping[Role, str]
+    router_ready_replicas: int
+    previous_conditions: Sequence[Mapping[str, Any]]
+    now: float
+
+
+def _timestamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pool_status(
+    spec: PDDeploymentSpec, role: Role, instances: Sequence[Instance], template_hash: str
+) -> dict[str, Any]:
+    """Counts for one role; ready means Ready, serving and not in a transition."""
+    members = [i for i in instances if not i.leaving and i.effective_role == role]
+    ready = sum(1 for i in members if i.ready and i.serving and i.transition is None and i.role == role)
+    desired = spec.pool(role).replicas
+    return {
+        "desired": desired,
+        "current": len(members),
+        "ready": ready,
+        "updated": sum(1 for i in members if i.template_hash == template_hash),
+        "summary": f"{ready}/{desired}",
+    }
+
+
+@dataclass(frozen=True)
+class _ConditionMaker:
+    """Builds conditions that keep lastTransitionTime from the previous status when unchanged."""
+
+    previous: Sequence[Mapping[str, Any]]
+    generation: int
+    now: float
+
+    def __call__(self, kind: ConditionType, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        status = "True" if ok else "False"
+        since = _timestamp(self.now)
+        for old in self.previous:
+            if old.get("type") == kind and old.get("status") == status and old.get("lastTransitionTime"):
+                since = old["lastTransitionTime"]
+        return {
+            "type": str(kind),
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "observedGeneration": self.generation,
+            "lastTransitionTime": since,
+        }
+
+
+def compute_status(inp: StatusInput) -> dict[str, Any]:
+    """The operator's part of `.status` (it never touches `.status.autoscaler`)."""
+    condition = _ConditionMaker(inp.previous_conditions, inp.generation, inp.now)
+    pools = {role: pool_status(inp.spec, role, inp.instances, inp.template_hashes[role]) for role in Role}
+    converting = [
+        i
+        for i in inp.instances
+        if i.transition and i.transition.kind is TransitionKind.CONVERT and not i.leaving
+    ]
+    failed = [i.name for i in inp.instances if i.failed]
+    router_wanted = inp.spec.router.type is not RouterType.NONE and inp.spec.router.replicas > 0
+    router_ok = not router_wanted or inp.router_ready_replicas >= 1
+
+    short = [f"{role} {p['ready']}/{p['desired']}" for role, p in pools.items() if p["ready"] < p["desired"]]
+    if short:
+        ready = condition(
+            ConditionType.READY, False, Reason.INSTANCES_NOT_READY, "not ready: " + ", ".join(short)
+        )
+    elif not router_ok:
+        ready = condition(ConditionType.READY, False, Reason.ROUTER_NOT_READY, "router has no ready replica")
+    else:
+        ready = condition(
+            ConditionType.READY, True, Reason.ALL_READY, "all instances and the router are ready"
+        )
+
+    outdated = any(p["updated"] < p["current"] for p in pools.values())
+    off_count = any(p["current"] != p["desired"] for p in pools.values())
+    leaving = any(i.leaving for i in inp.instances)
+    if converting:
+        progressing = condition(
+            ConditionType.PROGRESSING,
+            True,
+            Reason.CONVERTING,
+            f"{len(converting)} conversion(s) in progress",
+        )
+    elif outdated:
+        progressing = condition(
+            ConditionType.PROGRESSING,
+            True,
+            Reason.ROLLING_UPDATE,
+            "replacing instances with the new template",
+        )
+    elif off_count or leaving or short:
+        progressing = condition(ConditionType.PROGRESSING, True, Reason.SCALING, "moving to desired counts")
+    else:
+        progressing = condition(
+            ConditionType.PROGRESSING, False, Reason.STABLE, "at desired counts and template"
+        )
+
+    if failed:
+        degraded = condition(
+            ConditionType.DEGRADED,
+            True,
+            Reason.PODS_FAILED,
+            "failed pods replaced: " + ", ".join(failed),
+        )
+    else:
+        degraded = condition(ConditionType.DEGRADED, False, Reason.HEALTHY, "no failed instances")
+
+    if converting:
+        moves = ", ".join(
+            f"{i.name} {i.role}->{i.transition.target} ({i.transition.step})"
+            for i in converting
+            if i.transition
+        )
+        converting_condition = condition(ConditionType.CONVERTING, True, Reason.CONVERTING, moves)
+    else:
+        converting_condition = condition(
+            ConditionType.CONVERTING, False, Reason.NO_CONVERSION, "no conversion in progress"
+        )
+
+    return {
+        "observedGeneration": inp.generation,
+        "prefill": pools[Role.PREFILL],
+        "decode": pools[Role.DECODE],
+        "router": {"readyReplicas": inp.router_ready_replicas},
+        "converting": len(converting),
+        "conversions": [
+            {
+                "pod": i.name,
+                "from": str(i.transition.source),
+                "to": str(i.transition.target),
+                "step": str(i.transition.step),
+                "since": _timestamp(i.transition.started),
+            }
+            for i in converting
+            if i.transition
+        ],
+        "conditions": [ready, progressing, degraded, converting_condition],
+    }
+
+
+def invalid_spec_conditions(
+    message: str, generation: int, now: float, previous: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Conditions for a spec the operator cannot reconcile (a permanent error, shown instead of retried)."""
+    condition = _ConditionMaker(previous, generation, now)
+    return [
+        condition(ConditionType.READY, False, Reason.INVALID_SPEC, message),
+        condition(ConditionType.DEGRADED, True, Reason.INVALID_SPEC, message),
+    ]
