@@ -16,7 +16,6 @@ import numpy.typing as npt
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 Mode = Literal["colocated", "disagg"]
-IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -77,7 +76,7 @@ class Realism:
       sharing), each also capped by the per-request link bandwidth. None = no contention.
     - `layerwise_transfer`: the transfer streams while the prefill computes; only the last layer's
       share (or whatever the link could not keep up with) is exposed after the prefill ends.
-    - `prefix_hit_rate`: this fraction of every prompt is served from the prefix cache (no compute).
+    - `prefix_cache`: a request's `prefix_hit_tokens` (from its trace) need no prefill compute.
     - `local_prefill_threshold`: prompts whose uncached part is shorter are prefilled on the decode
       instance itself (conditional disaggregation). None = always remote.
     - `decode_kv_reads`: decode steps also read every member's resident KV (the model's memory term).
@@ -89,7 +88,7 @@ class Realism:
     kv_memory_fraction: float = 0.9
     shared_link_bandwidth: float | None = None
     layerwise_transfer: bool = False
-    prefix_hit_rate: float = 0.0
+    prefix_cache: bool = True
     local_prefill_threshold: int | None = None
     decode_kv_reads: bool = False
     cold_start_s: float = 0.0
@@ -104,7 +103,6 @@ class Realism:
         )
         if self.shared_link_bandwidth is not None:
             _finite_at_least("shared_link_bandwidth", self.shared_link_bandwidth, 1.0)
-        _require(0 <= self.prefix_hit_rate < 1, "prefix_hit_rate", self.prefix_hit_rate, "must be in [0, 1)")
         if self.local_prefill_threshold is not None:
             _require(
                 isinstance(self.local_prefill_threshold, int) and self.local_prefill_threshold >= 0,
@@ -178,30 +176,3 @@ class SimConfig:
     realism: Realism = field(default_factory=Realism)
     slo: GoodputSlo = field(default_factory=GoodputSlo)
     control: Control = field(default_factory=Control)
-
-
-@dataclass(frozen=True)
-class Requests:
-    """An open-loop request stream: arrival times (s, sorted) with prompt and output lengths (tokens)."""
-
-    arrival_s: FloatArray
-    prompt_tokens: IntArray
-    output_tokens: IntArray
-
-    def __post_init__(self) -> None:
-        n = len(self.arrival_s)
-        _require(
-            len(self.prompt_tokens) == n and len(self.output_tokens) == n,
-            "requests",
-            (n, len(self.prompt_tokens), len(self.output_tokens)),
-            "arrival_s, prompt_tokens and output_tokens must have equal lengths",
-        )
-        _require(n >= 1, "requests", n, "needs at least one request")
-        _require(
-            bool(np.all(np.diff(self.arrival_s) >= 0)), "arrival_s", "unsorted", "must be non-decreasing"
-        )
-        _require(bool(np.all(self.prompt_tokens >= 1)), "prompt_tokens", "min < 1", "must all be >= 1")
-        _require(bool(np.all(self.output_tokens >= 1)), "output_tokens", "min < 1", "must all be >= 1")
-
-    def __len__(self) -> int:
-        return len(self.arrival_s)

@@ -22,14 +22,15 @@ import numpy as np
 
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
-from xpyd_controller.sim.config import FloatArray, Requests, SimConfig
+from xpyd_controller.sim.config import FloatArray, SimConfig
 from xpyd_controller.sim.stats import gap_bin
+from xpyd_controller.sim.traces import Trace
 
 # Instance states.
 STARTING, READY, DRAINING, CONVERTING = "starting", "ready", "draining", "converting"
 PREFILL, DECODE = "prefill", "decode"
 # Operations of a batch instance.
-_IDLE, _RUN, _CHUNK = 0, 1, 2
+_IDLE, _RUN, _CHUNK, _CYCLE = 0, 1, 2, 3
 # Event kinds (ints: compared in the hot loop).
 _OP_END, _ADMIT, _XFER_START, _LINK_DONE, _TICK, _READY, _PREFILL_IDLE = range(7)
 # Context bucket (tokens) for step times that read the batch's resident KV.
@@ -151,7 +152,7 @@ class _Simulation:
     def __init__(
         self,
         config: SimConfig,
-        requests: Requests,
+        requests: Trace,
         policy: Policy | None,
         limits: Limits,
         progress: ProgressFn | None,
@@ -167,7 +168,8 @@ class _Simulation:
         self.prompt = requests.prompt_tokens.astype(np.int64).tolist()
         self.output = requests.output_tokens.astype(np.int64).tolist()
         prompt = requests.prompt_tokens.astype(np.float64)
-        uncached = prompt * (1.0 - real.prefix_hit_rate)
+        hits = requests.prefix_hit_tokens.astype(np.float64) if real.prefix_cache else 0.0
+        uncached = prompt - hits
         self.uncached = uncached.tolist()
         width = hw.gpus_per_instance
         prefill = prefill_seconds(hw.model, hw.gpu, uncached, gpus=width)
@@ -220,6 +222,7 @@ class _Simulation:
         self.link_version = 0
         self.prefix_sum_prompt = np.concatenate(([0.0], np.cumsum(prompt))).tolist()
         self.prefix_sum_output = np.concatenate(([0.0], np.cumsum(requests.output_tokens))).tolist()
+        self.prefix_sum_hits = np.concatenate(([0.0], np.cumsum(prompt - uncached))).tolist()
         fleet = config.fleet
         for _ in range(fleet.prefill):
             self._add_ready(self._new_instance(PREFILL, READY, 0.0))
@@ -243,14 +246,14 @@ class _Simulation:
         self.step_tables[bucket] = table
         return table
 
-    def _step_time(self, inst: _Instance) -> float:
-        c = len(inst.members)
+    def _step_time(self, c: int, ctx_sum: float) -> float:
+        """One decode step of a batch of c requests holding `ctx_sum` context tokens in all."""
         if not self.kv_reads:
             table = self.flat_steps
             if c >= len(table):
                 table = self.flat_steps = self._step_table(0, 2 * c)
             return table[c]
-        bucket = int(inst.ctx_sum / c) // _CONTEXT_BUCKET
+        bucket = int(ctx_sum / c) // _CONTEXT_BUCKET
         table = self.step_tables.get(bucket) or self._step_table(bucket, 256)
         if c >= len(table):
             table = self._step_table(bucket, 2 * c)
@@ -350,10 +353,10 @@ class _Simulation:
             return False
         best.queue.append(rid)
         best.kv_used += self.kv_need[rid]
-        if best.op == _RUN:
-            self._truncate(best, t)
-        elif best.op == _IDLE:
+        if best.op == _IDLE:
             self._pump(best, t)
+        elif best.op == _RUN:
+            self._truncate(best, t)
         return True
 
     def _admit(self, rid: int, t: float) -> None:
@@ -370,7 +373,7 @@ class _Simulation:
                 best, best_load = inst, load
         if best is None:
             return False
-        if best.op == _RUN:
+        if best.op != _IDLE:
             self._truncate(best, t)
         best.kv_used += self.kv_need[rid]
         self._add_member(best, rid)
@@ -401,19 +404,38 @@ class _Simulation:
         heapq.heappush(inst.departures, (inst.steps + self.output[rid], rid))
 
     def _pump(self, inst: _Instance, t: float) -> None:
-        """Start the next operation of an idle batch instance (the seed's alternation rule)."""
-        if inst.members and (not inst.queue or not inst.alt):
-            step = self._step_time(inst)
-            n = 1 if inst.queue else inst.departures[0][0] - inst.steps
+        """Start the next operation of an idle batch instance (the seed's alternation rule).
+
+        Strict alternation (step, chunk, step, ...) is scheduled in fused pieces: a run of steps up
+        to the next departure when nothing waits for prefill; a *cycle* (one chunk, then one step)
+        while both a batch and a prefill queue exist; the head's remaining chunks back to back when
+        the batch is empty.
+        """
+        members, queue = inst.members, inst.queue
+        if members and (not queue or not inst.alt):
+            step = self._step_time(len(members), inst.ctx_sum)
+            n = 1 if queue else inst.departures[0][0] - inst.steps
             inst.alt = True
             inst.op = _RUN
             inst.op_start, inst.op_step, inst.op_n = t, step, n
             inst.op_end = t + n * step
-        elif inst.queue:
+        elif members:
+            head = queue[0]
+            chunk = self.chunk_s[head]
+            if inst.chunks_done + 1 == self.chunks:  # the head joins before the step
+                step = self._step_time(len(members) + 1, inst.ctx_sum + self.ctx[head])
+            else:
+                step = self._step_time(len(members), inst.ctx_sum)
+            inst.op = _CYCLE
+            inst.op_start, inst.op_step, inst.op_n = t + chunk, step, 1
+            inst.op_end = t + chunk + step
+        elif queue:
+            chunk = self.chunk_s[queue[0]]
+            n = self.chunks - inst.chunks_done
             inst.alt = False
             inst.op = _CHUNK
-            inst.op_start = t
-            inst.op_end = t + self.chunk_s[inst.queue[0]]
+            inst.op_start, inst.op_step, inst.op_n = t, chunk, n
+            inst.op_end = t + n * chunk
         else:
             inst.op = _IDLE
             return
@@ -421,13 +443,17 @@ class _Simulation:
         self._push(inst.op_end, _OP_END, inst, inst.version)
 
     def _truncate(self, inst: _Instance, t: float) -> None:
-        """Something changed mid-run: finish the steps already done; the step in flight ends the run."""
-        if inst.op_n <= 1:
+        """The batch changed mid-operation: settle the steps (or chunks) already done; the one in
+        flight ends the operation. A cycle is never cut: a newcomer joins its step."""
+        if inst.op_n <= 1 or inst.op == _CYCLE:
             return
         step, start = inst.op_step, inst.op_start
         done = min(int((t - start) / step), inst.op_n - 1)
         if done > 0:
-            self._complete_steps(inst, done, start, step)
+            if inst.op == _RUN:
+                self._complete_steps(inst, done, start, step)
+            else:
+                inst.chunks_done += done
         inst.op_start = start = start + done * step
         inst.op_n = 1
         inst.op_end = start + step
@@ -464,21 +490,23 @@ class _Simulation:
         inst.last_step_end = start + k * step
 
     def _op_end(self, inst: _Instance, t: float) -> None:
-        departed = False
-        if inst.op == _CHUNK:
-            inst.op = _IDLE
-            inst.chunks_done += 1
+        op = inst.op
+        inst.op = _IDLE
+        if op != _RUN:  # a chunk run or a cycle: the head's chunks
+            inst.chunks_done += inst.op_n if op == _CHUNK else 1
             if inst.chunks_done == self.chunks:
                 inst.chunks_done = 0
                 self._add_member(inst, inst.queue.popleft())
-        else:
-            inst.op = _IDLE
-            self._complete_steps(inst, inst.op_n, inst.op_start, inst.op_step)
-            departures = inst.departures
-            steps = inst.steps
-            while departures and departures[0][0] <= steps:
-                self._depart(inst, heapq.heappop(departures)[1], t)
-                departed = True
+            if op == _CHUNK:
+                self._pump(inst, t)
+                return
+        self._complete_steps(inst, inst.op_n, inst.op_start, inst.op_step)
+        departures = inst.departures
+        steps = inst.steps
+        departed = False
+        while departures and departures[0][0] <= steps:
+            self._depart(inst, heapq.heappop(departures)[1], t)
+            departed = True
         self._pump(inst, t)
         if inst.op == _IDLE and inst.state != READY:
             self._check_drained(inst, t)
@@ -583,7 +611,7 @@ class _Simulation:
             if previous.time_s <= end + 1e-9:
                 lagged = previous
                 break
-        rate = mean_in = mean_out = p90_in = p90_out = ttft = tpot = None
+        rate = mean_in = mean_out = p90_in = p90_out = ttft = tpot = hit_rate = None
         if end > start:
             lo, hi = bisect_left(self.arrival, start), bisect_left(self.arrival, end)
             count = hi - lo
@@ -591,6 +619,7 @@ class _Simulation:
             if count:
                 mean_in = (self.prefix_sum_prompt[hi] - self.prefix_sum_prompt[lo]) / count
                 mean_out = (self.prefix_sum_output[hi] - self.prefix_sum_output[lo]) / count
+                hit_rate = (self.prefix_sum_hits[hi] - self.prefix_sum_hits[lo]) / (mean_in * count)
                 p90_in = float(np.percentile(self.prompt[lo:hi], 90))
                 p90_out = float(np.percentile(self.output[lo:hi], 90))
             ttft = _window_p90(self.ttft_times, self.ttft_values, start, end)
@@ -604,7 +633,7 @@ class _Simulation:
             arrival_rate=rate,
             mean_input_tokens=mean_in,
             mean_output_tokens=mean_out,
-            prefix_hit_rate=self.cfg.realism.prefix_hit_rate,
+            prefix_hit_rate=hit_rate,
             p90_input_tokens=p90_in,
             p90_output_tokens=p90_out,
             prefill_queue=lagged.prefill_queue,
@@ -786,7 +815,7 @@ def _window_p90(times: list[float], values: list[float], start: float, end: floa
 
 def run_events(
     config: SimConfig,
-    requests: Requests,
+    requests: Trace,
     policy: Policy | None = None,
     limits: Limits | None = None,
     progress: ProgressFn | None = None,

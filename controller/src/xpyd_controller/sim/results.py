@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from xpyd_controller.sim.config import FloatArray, GoodputSlo, Requests
+from xpyd_controller.sim.config import FloatArray, GoodputSlo
 from xpyd_controller.sim.engine import RawRun
 from xpyd_controller.sim.stats import seed_percentile, weighted_bin_percentile
+from xpyd_controller.sim.traces import Trace
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,14 @@ class SimResult:
 _DEFAULT_PER_TOKEN_BOUND_S = 0.1
 
 
-def time_per_output_token(requests: Requests, raw: RawRun) -> FloatArray:
+def time_per_output_token(requests: Trace, raw: RawRun) -> FloatArray:
     """Mean gap after the first token; 0 for single-token outputs (they have no gaps)."""
     gaps = np.maximum(requests.output_tokens - 1, 1)
     tpot: FloatArray = np.where(requests.output_tokens > 1, (raw.finish_s - raw.first_token_s) / gaps, 0.0)
     return tpot
 
 
-def good_mask(requests: Requests, raw: RawRun, slo: GoodputSlo) -> np.ndarray:
+def good_mask(requests: Trace, raw: RawRun, slo: GoodputSlo) -> np.ndarray:
     """Requests meeting TTFT and every per-token bound the SLO sets."""
     ttft = raw.first_token_s - requests.arrival_s
     good = ttft <= slo.ttft_s
@@ -103,7 +104,7 @@ def count_oscillations(raw: RawRun) -> int:
     return reversals
 
 
-def summarise(requests: Requests, raw: RawRun, slo: GoodputSlo, series_interval_s: float = 60.0) -> SimResult:
+def summarise(requests: Trace, raw: RawRun, slo: GoodputSlo, series_interval_s: float = 60.0) -> SimResult:
     ttft = raw.first_token_s - requests.arrival_s
     tpot = time_per_output_token(requests, raw)
     good = good_mask(requests, raw, slo)
@@ -140,7 +141,7 @@ def summarise(requests: Requests, raw: RawRun, slo: GoodputSlo, series_interval_
 
 
 def _series(
-    requests: Requests,
+    requests: Trace,
     *,
     raw: RawRun,
     ttft: FloatArray,

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from xpyd_controller.policy.types import Limits, Policy
-from xpyd_controller.sim.config import Requests, SimConfig
+from xpyd_controller.sim.config import SimConfig
 from xpyd_controller.sim.engine import ProgressFn, run_events
 from xpyd_controller.sim.results import SimResult, summarise
+from xpyd_controller.sim.traces import Trace
 
 
 def simulate(
     config: SimConfig,
-    requests: Requests,
+    requests: Trace,
     policy: Policy | None = None,
     *,
     limits: Limits | None = None,

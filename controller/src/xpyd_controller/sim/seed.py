@@ -13,7 +13,8 @@ import random
 import numpy as np
 
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
-from xpyd_controller.sim.config import GoodputSlo, Hardware, Requests
+from xpyd_controller.sim.config import GoodputSlo, Hardware
+from xpyd_controller.sim.traces import Trace
 
 SEED_MODEL = ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128)  # no hidden size: no attention term
 SEED_GPU = GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9, mfu=0.4)
@@ -32,7 +33,7 @@ def seed_requests(
     seed: int = 7,
     prompt_range: tuple[int, int] = SEED_PROMPT_RANGE,
     output_range: tuple[int, int] = SEED_OUTPUT_RANGE,
-) -> Requests:
+) -> Trace:
     """Poisson arrivals and uniform lengths, drawn in the article's order from `random.Random(seed)`."""
     rng = random.Random(seed)
     arrivals = [0.0] * count
@@ -41,8 +42,10 @@ def seed_requests(
         arrivals[i] = t
         t += rng.expovariate(rate)
     lengths = [(rng.randint(*prompt_range), rng.randint(*output_range)) for _ in range(count)]
-    return Requests(
+    return Trace(
         arrival_s=np.asarray(arrivals, dtype=np.float64),
         prompt_tokens=np.asarray([p for p, _ in lengths], dtype=np.int64),
         output_tokens=np.asarray([o for _, o in lengths], dtype=np.int64),
+        prefix_hit_tokens=np.zeros(count, dtype=np.int64),
+        name=f"seed-{rate:g}",
     )
