@@ -8,12 +8,14 @@ from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
 from xpyd_controller.policy.static import make_static
 from xpyd_controller.policy.threshold import make_threshold
 from xpyd_controller.policy.types import Policy
+from xpyd_controller.policy.xpyd import make_xpyd
 
 PolicyFactory = Callable[[PolicyContext], Policy]
 
 POLICIES: Mapping[str, PolicyFactory] = {
     "static": make_static,
     "threshold": make_threshold,
+    "xpyd": make_xpyd,
 }
 
 

@@ -1,0 +1,241 @@
+"""`xpyd`: the capacity model sets a floor, HPA-style layers keep it calm, conversion does the rest.
+
+Layers, in order: the capacity-model floor (`size_pools` with TTFT-percentile prefill sizing and
+KV/TPOT decode sizing) → a tolerance band on demand (scale up to the floor when supply is below it;
+scale down only to the size the model gives for demand × (1 + tolerance), so N−1 still meets the SLO
+with margin) → stabilisation windows (fast up, slow down) → min/max and the GPU budget → rate limits →
+the in-flight guard (a pool with instances starting or draining holds until they finish or a timeout;
+starting instances count as supply). The policy only says how many of each role; the driver
+converts instances when one pool shrinks while the other grows.
+
+Field rules: a missing arrival rate holds everything; partial data (rate but no lengths) may scale up
+on the last known lengths but never down; a rate of exactly 0 is zero demand and scales to the minimum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools, std_from_quantile
+from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
+from xpyd_controller.policy.layers import InFlightGuard, RateLimit, ScalingLayers
+from xpyd_controller.policy.limits import validate_limits
+from xpyd_controller.policy.types import Decision, Limits, Observation
+
+LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
+
+
+@dataclass(frozen=True)
+class XpydConfig:
+    """Every knob of the xpyd policy; docs/tuning.md says when to change each."""
+
+    ttft_quantile: float = 0.99  # size prefill so this quantile of TTFT (with queueing) meets the SLO
+    context_quantile: float = 0.0  # > 0: size decode batches so their KV fits with this probability
+    tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
+    up_window_s: float = 0.0
+    down_window_s: float = 300.0
+    up_instances: int = 4
+    up_percent: float = 100.0
+    down_instances: int = 1
+    down_percent: float = 10.0
+    rate_period_s: float = 60.0
+    in_flight_timeout_s: float = 600.0
+    remote_overhead_s: float = 0.0
+    transfer_budget_s: float = 0.0  # seconds of TTFT for the KV transfer; 0 = the whole TTFT SLO
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_quantile", "context_quantile"):
+            value = getattr(self, name)
+            if not (value == 0 or 0.5 <= value < 1):
+                raise PolicyConfigError("xpyd", name, value, "must be 0 (mean sizing) or in [0.5, 1)")
+        if not 0 <= self.tolerance < 1:
+            raise PolicyConfigError("xpyd", "tolerance", self.tolerance, "must be in [0, 1)")
+        for name in ("rate_period_s", "in_flight_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise PolicyConfigError("xpyd", name, getattr(self, name), "must be > 0")
+        for name in (
+            "up_window_s",
+            "down_window_s",
+            "up_instances",
+            "up_percent",
+            "down_instances",
+            "down_percent",
+            "remote_overhead_s",
+            "transfer_budget_s",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise PolicyConfigError("xpyd", name, value, "must be a finite number >= 0")
+
+
+@dataclass(frozen=True)
+class _Demand:
+    rate: float
+    isl: float
+    osl: float
+    isl_std: float
+    osl_std: float
+    hit_rate: float
+    partial: bool  # lengths came from an earlier window: may scale up, never down
+
+
+class XpydPolicy:
+    name = "xpyd"
+
+    def __init__(self, context: PolicyContext, config: XpydConfig) -> None:
+        self.context = context
+        self.config = config
+        self._slo = Slo(
+            ttft=context.ttft_slo_s,
+            tpot=context.tpot_slo_s,
+            transfer_budget=config.transfer_budget_s or None,
+            ttft_quantile=config.ttft_quantile or None,
+            context_quantile=config.context_quantile or None,
+        )
+        self._pools = PoolConfig(
+            prefill_gpus=context.prefill_gpus_per_instance,
+            decode_gpus=context.decode_gpus_per_instance,
+            step_overhead=context.step_overhead_s,
+            remote_overhead=config.remote_overhead_s,
+        )
+        limit = RateLimit(
+            config.up_instances,
+            config.up_percent,
+            config.down_instances,
+            config.down_percent,
+            config.rate_period_s,
+        )
+        self._layers = ScalingLayers(
+            config.up_window_s,
+            config.down_window_s,
+            limit,
+            context.prefill_gpus_per_instance,
+            context.decode_gpus_per_instance,
+        )
+        self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
+        self._last_lengths: tuple[float, float, float, float] | None = None
+
+    def _demand(self, observation: Observation) -> _Demand | str:
+        """What to size for, or the CamelCase reason why there is nothing trustworthy to size for."""
+        rate = observation.arrival_rate
+        if rate is None or not math.isfinite(rate) or rate < 0:
+            return "MissingArrivalRate"
+        isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
+        partial = False
+        if isl is not None and osl is not None and isl > 0 and osl > 0:
+            isl_std = osl_std = 0.0
+            if observation.p90_input_tokens is not None:
+                isl_std = std_from_quantile(isl, observation.p90_input_tokens, LENGTH_QUANTILE)
+            if observation.p90_output_tokens is not None:
+                osl_std = std_from_quantile(osl, observation.p90_output_tokens, LENGTH_QUANTILE)
+            self._last_lengths = (isl, osl, isl_std, osl_std)
+        elif rate > 0:
+            if self._last_lengths is None:
+                return "MissingRequestLengths"
+            partial = True
+        if self._last_lengths is None:  # zero traffic before any request was ever seen
+            return _Demand(0.0, 1.0, 1.0, 0.0, 0.0, hit_rate=0.0, partial=False)
+        hit = observation.prefix_hit_rate
+        hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
+        return _Demand(rate, *self._last_lengths, hit_rate=hit_rate, partial=partial)
+
+    def _plan(self, demand: _Demand) -> Plan:
+        """Sizes at the observed demand (index 0) and at demand × (1 + tolerance) (index 1), one call."""
+        workload = Workload(
+            rate=np.array([demand.rate, demand.rate * (1 + self.config.tolerance)]),
+            isl=demand.isl,
+            osl=demand.osl,
+            hit_rate=demand.hit_rate,
+            isl_std=demand.isl_std,
+            osl_std=demand.osl_std,
+        )
+        ctx = self.context
+        return size_pools(ctx.model, ctx.gpu, ctx.link, workload, self._slo, pools=self._pools)
+
+    def decide(self, observation: Observation, limits: Limits) -> Decision:
+        validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
+        time_s = observation.time_s
+        supply, held, reasons = [], [], []
+        for role, guard, pool in (
+            ("Prefill", self._guards[0], observation.prefill),
+            ("Decode", self._guards[1], observation.decode),
+        ):
+            count, hold, why = guard.supply(time_s, pool)
+            supply.append(count)
+            held.append(hold)
+            reasons.append(why and role + why)
+        demand = self._demand(observation)
+        if isinstance(demand, str):
+            return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
+        details: dict[str, float] = {
+            "arrival_rate": demand.rate,
+            "mean_input_tokens": demand.isl,
+            "mean_output_tokens": demand.osl,
+            "prefix_hit_rate": demand.hit_rate,
+            "prefill_supply": float(supply[0]),
+            "decode_supply": float(supply[1]),
+        }
+        floors, down_targets, bindings = self._targets(demand, details, reasons)
+        recommended = []
+        for index, role in enumerate(("Prefill", "Decode")):
+            if supply[index] < floors[index]:
+                recommended.append(floors[index])
+                reasons.append(f"{role}BelowModelFloor")
+            elif supply[index] > down_targets[index] and not demand.partial:
+                recommended.append(down_targets[index])
+                reasons.append(f"{role}AboveNeed")
+            else:
+                recommended.append(supply[index])
+                reasons.append(
+                    f"{role}PartialDataNoScaleDown" if demand.partial else f"{role}WithinTolerance"
+                )
+        layered = self._layers.apply(
+            time_s, (supply[0], supply[1]), (recommended[0], recommended[1]), limits, (held[0], held[1])
+        )
+        return Decision(
+            prefill=layered.prefill,
+            decode=layered.decode,
+            binding=layered.bound or f"prefill_{bindings[0]}+decode_{bindings[1]}",
+            reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
+            details=details,
+        )
+
+    def _targets(
+        self, demand: _Demand, details: dict[str, float], reasons: list[str]
+    ) -> tuple[tuple[int, int], tuple[int, int], tuple[str, str]]:
+        """(floor, scale-down target, binding) per pool, filling `details` with the model's predictions."""
+        if demand.rate == 0:
+            reasons.append("ZeroTraffic")
+            return (0, 0), (0, 0), ("zero_traffic", "zero_traffic")
+        plan = self._plan(demand)
+        row = plan.as_dict(0)
+        floors = (int(plan.prefill_instances[0]), int(plan.decode_instances[0]))
+        down = (int(plan.prefill_instances[1]), int(plan.decode_instances[1]))
+        for key in (
+            "prefill_load",
+            "prefill_utilisation",
+            "predicted_ttft_seconds",
+            "ttft_floor_seconds",
+            "concurrency",
+            "decode_batch_cap",
+            "decode_step_seconds",
+        ):
+            value = row[key]
+            details[key] = float(value) if isinstance(value, int | float) else math.inf
+        details["predicted_tpot_seconds"] = details.pop("decode_step_seconds")
+        details["prefill_floor"], details["decode_floor"] = float(floors[0]), float(floors[1])
+        details["prefill_down_target"], details["decode_down_target"] = float(down[0]), float(down[1])
+        if not row["ttft_feasible"]:
+            reasons.append("TtftSloBelowModelFloor")
+        if not row["decode_feasible"]:
+            # The decode side cannot be built (weights do not fit): never size it to 0 because of that.
+            reasons.append("DecodeInfeasible")
+            floors, down = (floors[0], 0), (down[0], 1 << 30)
+        return floors, down, (str(row["prefill_binding"]), str(row["decode_batch_bound"]))
+
+
+def make_xpyd(context: PolicyContext) -> XpydPolicy:
+    return XpydPolicy(context, configure("xpyd", XpydConfig(), context.knobs))

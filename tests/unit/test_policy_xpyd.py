@@ -1,0 +1,258 @@
+"""The xpyd policy layer by layer, including the field lessons, against the real capacity model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
+from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
+from xpyd_controller.policy.registry import make_policy
+from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
+from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy
+
+CONTEXT = PolicyContext(
+    model=ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128),
+    gpu=GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9),
+    link=LinkSpec(bandwidth=50e9, overhead=2e-3),
+    ttft_slo_s=0.6,
+    tpot_slo_s=0.1,
+    step_overhead_s=5e-3,
+)
+ISL, OSL = 6000.0, 300.0
+
+
+def floor(rate: float, quantile: float = 0.99) -> tuple[int, int]:
+    """What the capacity model itself says for this demand (the policy must not redo this math)."""
+    plan = size_pools(
+        CONTEXT.model,
+        CONTEXT.gpu,
+        CONTEXT.link,
+        Workload(rate=rate, isl=ISL, osl=OSL),
+        Slo(ttft=0.6, tpot=0.1, ttft_quantile=quantile),
+        pools=PoolConfig(step_overhead=5e-3),
+    )
+    return int(plan.prefill_instances), int(plan.decode_instances)
+
+
+def observe(time_s: float, prefill: int | PoolState, decode: int | PoolState, **changes: Any) -> Observation:
+    fields: dict[str, Any] = {"arrival_rate": 20.0, "mean_input_tokens": ISL, "mean_output_tokens": OSL}
+    fields.update(changes)
+    return Observation(
+        time_s=time_s,
+        window_s=30.0,
+        prefill=prefill if isinstance(prefill, PoolState) else PoolState(ready=prefill),
+        decode=decode if isinstance(decode, PoolState) else PoolState(ready=decode),
+        **fields,
+    )
+
+
+def policy(**knobs: float) -> XpydPolicy:
+    made = make_policy("xpyd", dataclasses.replace(CONTEXT, knobs=knobs))
+    assert isinstance(made, XpydPolicy)
+    return made
+
+
+def counts(decision: Decision) -> tuple[int | None, int | None]:
+    return decision.prefill, decision.decode
+
+
+def test_floor_comes_from_the_capacity_model() -> None:
+    x, y = floor(20.0)
+    assert x >= 2 and y >= 2  # the scenario must be big enough for the tables below to mean something
+    decision = policy().decide(observe(0, 1, 1), Limits())
+    assert counts(decision) == (min(x, 5), min(y, 5))  # 1 → at most 1 + max(4, 100 %) per period
+    assert decision.details["prefill_floor"] == x and decision.details["decode_floor"] == y
+    assert decision.details["predicted_ttft_seconds"] <= 0.6
+    assert decision.binding == "prefill_ttft_quantile+decode_kv_capacity"
+    assert "PrefillBelowModelFloor" in decision.reasons
+    assert decision.allow_conversion is True
+
+
+@pytest.mark.parametrize(
+    ("name", "make_observation", "expected_reason"),
+    [
+        ("missing rate holds", lambda: observe(0, 9, 9, arrival_rate=None), "MissingArrivalRate"),
+        ("NaN rate holds", lambda: observe(0, 9, 9, arrival_rate=float("nan")), "MissingArrivalRate"),
+        ("lengths never seen", lambda: observe(0, 9, 9, mean_input_tokens=None), "MissingRequestLengths"),
+    ],
+)
+def test_missing_data_holds_everything(name: str, make_observation: Any, expected_reason: str) -> None:
+    decision = policy(down_window_s=0).decide(make_observation(), Limits())
+    assert counts(decision) == (None, None), name
+    assert decision.reasons[0] == expected_reason
+    assert decision.binding == "missing_data"
+
+
+def test_partial_data_scales_up_on_last_lengths_but_never_down() -> None:
+    scaler = policy(down_window_s=0)
+    x, y = floor(20.0)
+    first = scaler.decide(observe(0, x, y), Limits())
+    assert counts(first) == (x, y)
+    up = scaler.decide(observe(60, x, y, arrival_rate=40.0, mean_input_tokens=None), Limits())
+    assert counts(up) == floor(40.0)
+    assert "PrefillBelowModelFloor" in up.reasons
+    bx, by = floor(40.0)
+    down = scaler.decide(observe(120, bx, by, arrival_rate=1.0, mean_output_tokens=None), Limits())
+    assert counts(down) == (bx, by)
+    assert "PrefillPartialDataNoScaleDown" in down.reasons
+
+
+def test_zero_traffic_is_zero_demand_not_missing_data() -> None:
+    scaler = policy(down_window_s=0, down_instances=100)
+    scaler.decide(observe(0, 4, 4), Limits())
+    idle = scaler.decide(
+        observe(60, 4, 4, arrival_rate=0.0, mean_input_tokens=None, mean_output_tokens=None), Limits()
+    )
+    assert counts(idle) == (1, 1)
+    assert "ZeroTraffic" in idle.reasons
+    assert "PrefillRaisedToMin" in idle.reasons
+
+
+def test_zero_traffic_from_a_cold_start_needs_no_lengths() -> None:
+    idle = policy().decide(observe(0, 1, 1, arrival_rate=0.0, mean_input_tokens=None), Limits(prefill_min=0))
+    assert counts(idle) == (1, 1)  # no demand, and a fresh policy never scales in at once
+
+
+def test_scale_down_is_slow_stabilised_and_rate_limited() -> None:
+    scaler = policy()
+    x, y = floor(5.0)
+    assert x < 8
+    decisions = [counts(scaler.decide(observe(t, 8, y, arrival_rate=5.0), Limits())) for t in (0, 150, 299)]
+    assert decisions == [(8, y)] * 3
+    later = scaler.decide(observe(300, 8, y, arrival_rate=5.0), Limits())
+    assert counts(later) == (7, y)  # 1 instance (or 10 %) per minute
+    assert "PrefillScaleDownRateLimited" in later.reasons
+
+
+def test_tolerance_band_keeps_n_when_n_minus_1_is_too_tight() -> None:
+    """Scale in only if the smaller pool still meets the SLO at demand × (1 + tolerance)."""
+    rates = np.linspace(1.0, 60.0, 600)
+    edge = next(r for r in rates if floor(r)[0] < floor(r * 1.1)[0])  # N−1 fits, but without margin
+    x_tight, x_margin = floor(edge)[0], floor(edge * 1.1)[0]
+    scaler = policy(down_window_s=0)
+    hold = scaler.decide(observe(0, x_margin, 9, arrival_rate=float(edge)), Limits())
+    assert hold.prefill == x_margin > x_tight
+    assert "PrefillWithinTolerance" in hold.reasons
+
+
+def test_in_flight_pool_holds_and_counts_pending_as_supply() -> None:
+    scaler = policy()
+    x, y = floor(20.0)
+    starting = PoolState(ready=x - 2, starting=2)
+    decision = scaler.decide(observe(0, starting, y, arrival_rate=40.0), Limits())
+    assert decision.prefill == x  # held at ready + starting although demand doubled
+    assert "PrefillInFlight" in decision.reasons and "PrefillHeldInFlight" in decision.reasons
+    assert decision.decode == floor(40.0)[1]  # the other pool is free to move
+
+
+def test_a_stuck_pending_instance_stops_counting_after_the_timeout() -> None:
+    scaler = policy(in_flight_timeout_s=300)
+    x, y = floor(20.0)
+    stuck = PoolState(ready=x - 1, starting=1)
+    assert scaler.decide(observe(0, stuck, y), Limits()).prefill == x
+    late = scaler.decide(observe(301, stuck, y), Limits())
+    assert "PrefillInFlightTimedOut" in late.reasons
+    assert late.prefill == x  # supply is x − 1 now, below the floor: asks for x again
+
+
+@pytest.mark.parametrize("budget", [4, 7, 10])
+def test_never_exceeds_the_gpu_budget(budget: int) -> None:
+    decision = policy().decide(observe(0, 1, 1, arrival_rate=60.0), Limits(gpu_budget=budget))
+    assert decision.prefill is not None and decision.decode is not None
+    assert decision.prefill + decision.decode <= budget
+
+
+def test_gpus_per_instance_count_against_the_budget() -> None:
+    wide = dataclasses.replace(CONTEXT, prefill_gpus_per_instance=2, decode_gpus_per_instance=4)
+    scaler = make_policy("xpyd", wide)
+    decision = scaler.decide(observe(0, 1, 1, arrival_rate=60.0), Limits(gpu_budget=14))
+    assert decision.prefill is not None and decision.decode is not None
+    assert decision.prefill * 2 + decision.decode * 4 <= 14
+
+
+def test_prefix_hits_shrink_the_prefill_floor() -> None:
+    cold = policy().decide(observe(0, 1, 1, arrival_rate=40.0), Limits())
+    warm = policy().decide(observe(0, 1, 1, arrival_rate=40.0, prefix_hit_rate=0.8), Limits())
+    assert warm.details["prefill_floor"] < cold.details["prefill_floor"]
+    assert warm.details["decode_floor"] == cold.details["decode_floor"]
+
+
+def test_infeasible_ttft_is_reported_and_still_sized() -> None:
+    decision = policy().decide(observe(0, 1, 1, mean_input_tokens=200_000.0), Limits())
+    assert "TtftSloBelowModelFloor" in decision.reasons
+    assert decision.prefill is not None and decision.prefill > 1
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"ttft_quantile": 0.3}, r"ttft_quantile = 0\.3: must be 0 \(mean sizing\) or in \[0\.5, 1\)"),
+        ({"tolerance": -0.1}, r"tolerance = -0\.1: must be in \[0, 1\)"),
+        ({"in_flight_timeout_s": 0}, r"in_flight_timeout_s = 0\.0: must be > 0"),
+        ({"down_window_s": -5}, r"down_window_s = -5\.0: must be a finite number >= 0"),
+        ({"speed": 1}, "speed = 1: unknown knob"),
+    ],
+)
+def test_bad_knobs_are_rejected(knobs: dict[str, float], message: str) -> None:
+    with pytest.raises(PolicyConfigError, match=message):
+        policy(**knobs)
+
+
+def test_defaults_are_documented_values() -> None:
+    config = XpydConfig()
+    assert (config.ttft_quantile, config.tolerance, config.up_window_s, config.down_window_s) == (
+        0.99,
+        0.1,
+        0,
+        300,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.just(0.0), st.floats(0.01, 80.0)),
+            st.one_of(st.none(), st.floats(50.0, 20_000.0)),
+            st.integers(0, 12),
+            st.integers(0, 3),
+            st.integers(0, 12),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    budget=st.one_of(st.none(), st.integers(2, 30)),
+    maximum=st.integers(1, 20),
+)
+def test_decisions_always_within_limits_and_budget(
+    steps: list[tuple[float | None, float | None, int, int, int, int]], budget: int | None, maximum: int
+) -> None:
+    scaler = policy()
+    limits = Limits(prefill_max=maximum, decode_max=maximum, gpu_budget=budget)
+    for index, (rate, isl, ready_p, starting_p, ready_d, starting_d) in enumerate(steps):
+        observation = observe(
+            30.0 * index,
+            PoolState(ready=ready_p, starting=starting_p),
+            PoolState(ready=ready_d, starting=starting_d),
+            arrival_rate=rate,
+            mean_input_tokens=isl,
+        )
+        decision = scaler.decide(observation, limits)
+        if rate is None:
+            assert counts(decision) == (None, None)
+            continue
+        if decision.prefill is None or decision.decode is None:
+            assert "MissingRequestLengths" in decision.reasons
+            continue
+        assert 1 <= decision.prefill <= maximum and 1 <= decision.decode <= maximum
+        if budget is not None:
+            assert decision.prefill + decision.decode <= budget
+        assert decision.binding and all(reason[0].isupper() for reason in decision.reasons)
