@@ -189,6 +189,8 @@ class Plan:
     """
 
     kv_bytes_per_token: float
+    weight_bytes: float  # W, the model's resident weights
+    gpu_hbm_bytes: float
     prefill_seconds: FloatArray  # mean prompt on one prefill instance, hit rate applied
     attention_factor: FloatArray
     prefill_load: FloatArray  # λ·E[S]: busy prefill instances needed on average
@@ -210,6 +212,7 @@ class Plan:
     tpot_floor_seconds: FloatArray  # step overhead + weight read W/β: TPOT at batch → 0
     prefill_weights_fit: BoolArray  # weights W < prefill GPUs × HBM
     decode_weights_fit: BoolArray  # weights W < decode GPUs × HBM (the rest holds KV)
+    transfer_bytes: FloatArray  # KV of the mean prompt: L_in·kv
     transfer_seconds: FloatArray
     transfer_budget_seconds: FloatArray
     exposed_transfer_seconds: FloatArray
@@ -430,6 +433,8 @@ def size_pools(
 
     return Plan(
         kv_bytes_per_token=kv,
+        weight_bytes=weights,
+        gpu_hbm_bytes=gpu.hbm_bytes,
         prefill_seconds=full(prompt_prefill),
         attention_factor=full(attention_factor(model, isl)),
         prefill_load=full(load),
@@ -451,6 +456,7 @@ def size_pools(
         tpot_floor_seconds=full(tpot_floor),
         prefill_weights_fit=full(np.asarray(weights < g_p * gpu.hbm_bytes)),
         decode_weights_fit=full(decode_weights_fit),
+        transfer_bytes=full(isl * kv),
         transfer_seconds=full(transfer),
         transfer_budget_seconds=full(budget),
         exposed_transfer_seconds=full(exposed),

@@ -1,0 +1,512 @@
+"""`xpyd plan`: size the prefill and decode pools for a model, GPU, link, workload and SLOs.
+
+A thin edge over `xpyd_controller.model`: parse flags once into specs, call the vectorised
+`size_pools`, print a table (or JSON) and optionally a plot. The flags are DESIGN.md's fixed contract.
+Exit codes: 0 = a plan (every point of a sweep is reported, feasible or not); 1 = a single plan that
+is infeasible (the reasons are printed); 2 = invalid input, including an SLO below its physical floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xpyd_controller.model.explain import explain, format_bytes, format_seconds, value_at
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.roofline import FloatArray, Numeric
+from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
+
+# Spec fields whose flag is not simply the field name with dashes.
+FLAG_OF_FIELD = {
+    "ttft": "--ttft-slo",
+    "tpot": "--tpot-slo",
+    "bandwidth": "--link-bandwidth",
+    "overhead": "--link-overhead",
+}
+# Quantities `--sweep NAME=...` can vary (they are arrays in the sizing API).
+SWEEPABLE = (
+    "rate",
+    "isl",
+    "osl",
+    "hit-rate",
+    "isl-std",
+    "osl-std",
+    "ttft-slo",
+    "tpot-slo",
+    "transfer-budget",
+    "prefill-gpus",
+    "decode-gpus",
+    "step-overhead",
+    "remote-overhead",
+)
+MAX_SWEEP_POINTS = 10_000_000
+MODEL_FLAGS = (
+    "params",
+    "layers",
+    "kv_heads",
+    "head_dim",
+    "hidden_size",
+    "kv_bytes",
+    "weight_bytes",
+    "kv_latent_dim",
+    "rope_dim",
+    "active_params",
+)
+GPU_FLAGS = ("peak_flops", "hbm_bandwidth", "hbm_bytes", "mfu", "mbu")
+
+
+def flag_of(field: str) -> str:
+    return FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+
+
+class PlanInputError(ValueError):
+    """Bad command-line input, already worded for the user (flag, value, rule)."""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="size prefill/decode pools for a model, GPU, link and traffic",
+        description=(
+            "How many prefill and decode instances does this traffic need, which constraint sets each,\n"
+            "and is the KV transfer feasible? All numbers are SI (seconds, bytes, bytes/s, FLOP/s);\n"
+            "presets fill defaults and explicit flags override them.\n\n"
+            "example:\n"
+            "  xpyd plan --model llama-3.1-70b --gpu h100-sxm --link ib-400g --prefill-gpus 2 \\\n"
+            "            --decode-gpus 2 --rate 4 --isl 8000 --osl 256 --ttft-slo 2 --tpot-slo 0.05\n\n"
+            "exit codes: 0 plan printed, 1 single plan infeasible, 2 invalid input or SLO below its floor"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", choices=sorted(MODEL_PRESETS), help="model preset")
+    model.add_argument("--params", type=float, help="parameter count (total, for MoE)")
+    model.add_argument("--active-params", type=float, help="parameters active per token (MoE)")
+    model.add_argument("--layers", type=int, help="transformer layers")
+    model.add_argument("--kv-heads", type=int, help="KV heads (GQA)")
+    model.add_argument("--head-dim", type=int, help="head dimension")
+    model.add_argument("--hidden-size", type=int, help="d_model, for the attention factor 1 + L/L*")
+    model.add_argument("--kv-bytes", type=float, help="bytes per KV element (2 = bf16)")
+    model.add_argument("--weight-bytes", type=float, help="bytes per parameter (2 = bf16)")
+    model.add_argument("--kv-latent-dim", type=int, help="MLA latent dim (with --rope-dim)")
+    model.add_argument("--rope-dim", type=int, help="MLA decoupled RoPE dim (with --kv-latent-dim)")
+    gpu = parser.add_argument_group("GPU (per GPU)")
+    gpu.add_argument("--gpu", choices=sorted(GPU_PRESETS), default="h100-sxm", help="GPU preset (h100-sxm)")
+    gpu.add_argument("--peak-flops", type=float, help="dense peak FLOP/s")
+    gpu.add_argument("--mfu", type=float, help="achieved fraction of peak FLOP/s (0.4)")
+    gpu.add_argument("--hbm-bandwidth", type=float, help="HBM bytes/s")
+    gpu.add_argument("--mbu", type=float, help="achieved fraction of HBM bandwidth (1)")
+    gpu.add_argument("--hbm-bytes", type=float, help="HBM capacity, bytes")
+    link = parser.add_argument_group("KV link")
+    link.add_argument("--link", choices=sorted(LINK_PRESETS), default="ib-400g", help="link preset (ib-400g)")
+    link.add_argument("--link-bandwidth", type=float, help="bytes/s one request's KV transfer gets")
+    link.add_argument("--link-overhead", type=float, help="fixed seconds per transfer (0)")
+    traffic = parser.add_argument_group("workload")
+    traffic.add_argument("--rate", type=float, required=True, help="arrivals, requests/s")
+    traffic.add_argument("--isl", type=float, required=True, help="mean input tokens")
+    traffic.add_argument("--osl", type=float, required=True, help="mean output tokens")
+    traffic.add_argument("--hit-rate", type=float, default=0.0, help="prefix-cache hit rate in [0, 1) (0)")
+    traffic.add_argument("--isl-std", type=float, default=0.0, help="input length std dev, tokens (0)")
+    traffic.add_argument("--osl-std", type=float, default=0.0, help="output length std dev, tokens (0)")
+    slo = parser.add_argument_group("SLO")
+    slo.add_argument("--ttft-slo", type=float, default=2.0, help="time to first token, s (2)")
+    slo.add_argument("--tpot-slo", type=float, default=0.05, help="time per output token, s (0.05)")
+    slo.add_argument(
+        "--transfer-budget", type=float, help="seconds of TTFT allowed for KV transfer (TTFT SLO)"
+    )
+    slo.add_argument(
+        "--ttft-quantile",
+        type=float,
+        help="size prefill so this TTFT quantile (e.g. 0.9) meets the SLO with queueing",
+    )
+    slo.add_argument(
+        "--context-quantile", type=float, help="size the decode batch so its KV fits with this probability"
+    )
+    pools = parser.add_argument_group("pools")
+    pools.add_argument("--prefill-gpus", type=float, default=1, help="GPUs per prefill instance (1)")
+    pools.add_argument("--decode-gpus", type=float, default=1, help="GPUs per decode instance (1)")
+    pools.add_argument("--step-overhead", type=float, default=0.0, help="fixed seconds per decode step (0)")
+    pools.add_argument(
+        "--remote-overhead",
+        type=float,
+        default=0.0,
+        help="fixed seconds of a remote prefill, for L_thresh (0)",
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", action="store_true", help="print one JSON object")
+    output.add_argument(
+        "--sweep",
+        metavar="NAME=START:STOP[:STEP]|V1,V2,...",
+        help=f"vary one quantity (inclusive range, step 1 by default): {', '.join(SWEEPABLE)}",
+    )
+    output.add_argument(
+        "--plot", metavar="FILE.png", help="plot x, y against rate and the KV-transfer feasible region"
+    )
+    parser.set_defaults(func=run)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanInputs:
+    """Everything `size_pools` takes, plus the names the output shows."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    link: LinkSpec
+    workload: Workload
+    slo: Slo
+    pools: PoolConfig
+    model_name: str
+    gpu_name: str
+    link_name: str
+
+
+def _overrides(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def build_model(args: argparse.Namespace) -> ModelSpec:
+    overrides = _overrides(args, MODEL_FLAGS)
+    if args.model is not None:
+        return dataclasses.replace(MODEL_PRESETS[args.model], **overrides)
+    missing = [
+        flag_of(name) for name in ("params", "layers", "kv_heads", "head_dim") if name not in overrides
+    ]
+    if missing:
+        raise PlanInputError(f"--model: not given, so {', '.join(missing)} are required")
+    return ModelSpec(**overrides)
+
+
+def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None = None) -> PlanInputs:
+    """Flags (and one swept quantity) → validated specs. Raises SpecError or PlanInputError."""
+    values: dict[str, Numeric | None] = {key: getattr(args, key) for key in vars(args)}
+    values.update(sweep or {})
+
+    def number(name: str) -> Numeric:
+        value = values[name]
+        assert value is not None  # argparse defaults or required flags
+        return value
+
+    link = dataclasses.replace(
+        LINK_PRESETS[args.link],
+        **{
+            field: getattr(args, flag)
+            for field, flag in (("bandwidth", "link_bandwidth"), ("overhead", "link_overhead"))
+            if getattr(args, flag) is not None
+        },
+    )
+    custom_link = args.link_bandwidth is not None or args.link_overhead is not None
+    return PlanInputs(
+        model=build_model(args),
+        gpu=dataclasses.replace(GPU_PRESETS[args.gpu], **_overrides(args, GPU_FLAGS)),
+        link=link,
+        workload=Workload(
+            rate=number("rate"),
+            isl=number("isl"),
+            osl=number("osl"),
+            hit_rate=number("hit_rate"),
+            isl_std=number("isl_std"),
+            osl_std=number("osl_std"),
+        ),
+        slo=Slo(
+            ttft=number("ttft_slo"),
+            tpot=number("tpot_slo"),
+            transfer_budget=values["transfer_budget"],
+            ttft_quantile=args.ttft_quantile,
+            context_quantile=args.context_quantile,
+        ),
+        pools=PoolConfig(
+            prefill_gpus=number("prefill_gpus"),
+            decode_gpus=number("decode_gpus"),
+            step_overhead=number("step_overhead"),
+            remote_overhead=number("remote_overhead"),
+        ),
+        model_name=args.model or "custom model",
+        gpu_name=args.gpu + (" (modified)" if _overrides(args, GPU_FLAGS) else ""),
+        link_name=args.link + (" (modified)" if custom_link else ""),
+    )
+
+
+def parse_sweep(text: str) -> tuple[str, FloatArray]:
+    """`rate=1:64`, `rate=1:64:0.5` (inclusive) or `rate=1,2,4` → (argparse dest, values)."""
+    name, sep, spec = text.partition("=")
+    name = name.strip().replace("_", "-")
+    if not sep or name not in SWEEPABLE:
+        raise PlanInputError(
+            f"--sweep: {text!r}: expected NAME=START:STOP[:STEP] with NAME one of {', '.join(SWEEPABLE)}"
+        )
+    try:
+        if ":" in spec:
+            parts = [float(part) for part in spec.split(":")]
+            if len(parts) not in (2, 3):
+                raise ValueError
+            start, stop, step = (*parts, 1.0) if len(parts) == 2 else parts
+            if not (np.isfinite([start, stop, step]).all() and step > 0 and stop >= start):
+                raise ValueError
+            count = int(np.floor((stop - start) / step + 1e-9)) + 1
+            if count > MAX_SWEEP_POINTS:
+                raise PlanInputError(f"--sweep: {text!r}: {count} points, at most {MAX_SWEEP_POINTS}")
+            values = start + step * np.arange(count, dtype=np.float64)
+        else:
+            values = np.array([float(part) for part in spec.split(",")], dtype=np.float64)
+    except ValueError:
+        raise PlanInputError(
+            f"--sweep: {text!r}: values must be START:STOP[:STEP] with STOP >= START and STEP > 0, or V1,V2,..."
+        ) from None
+    return name.replace("-", "_"), values
+
+
+def check_physical_floors(plan: Plan, inputs: PlanInputs) -> None:
+    """An SLO no amount of GPUs can meet is an input error: name the flag, the value and the floor."""
+    decode_fits = np.asarray(plan.decode_weights_fit)
+    tpot_low = decode_fits & (plan.tpot_slo_seconds <= plan.tpot_floor_seconds)
+    if tpot_low.any():
+        floor = float(plan.tpot_floor_seconds[tpot_low].flat[0])
+        raise PlanInputError(
+            f"--tpot-slo {float(plan.tpot_slo_seconds[tpot_low].flat[0]):g}: below the physical floor "
+            f"{format_seconds(floor)} per decode step (step overhead + weight read W/β of "
+            f"{format_bytes(inputs.model.weight_footprint_bytes)} at {format_bytes(inputs.gpu.effective_bandwidth)}/s per GPU)"
+        )
+    ttft_floor = plan.prefill_seconds + plan.exposed_transfer_seconds + plan.tpot_floor_seconds
+    ttft_low = np.asarray(plan.prefill_weights_fit) & (plan.ttft_slo_seconds <= ttft_floor)
+    if ttft_low.any():
+        raise PlanInputError(
+            f"--ttft-slo {float(plan.ttft_slo_seconds[ttft_low].flat[0]):g}: below the physical floor "
+            f"{format_seconds(float(ttft_floor[ttft_low].flat[0]))} (prefill of the mean prompt + exposed "
+            "KV transfer + one decode step, before any queueing)"
+        )
+    budget_low = plan.transfer_budget_seconds <= inputs.link.overhead
+    if budget_low.any():
+        raise PlanInputError(
+            f"--transfer-budget {float(plan.transfer_budget_seconds[budget_low].flat[0]):g}: at or below the "
+            f"link's fixed overhead {format_seconds(inputs.link.overhead)}, so no transfer fits"
+        )
+
+
+def _scenario_json(plan: Plan, index: int | tuple[int, ...], link_name: str) -> dict[str, object]:
+    words = explain(plan, index, link_name=link_name)
+    return {
+        **plan.as_dict(index),
+        "binding": list(words.binding),
+        "infeasible": list(words.infeasible),
+        "notes": list(words.notes),
+    }
+
+
+def at_input(value: Numeric) -> str:
+    return f"{float(np.asarray(value)):g}"
+
+
+def _header(inputs: PlanInputs) -> list[str]:
+    gpu, link, model = inputs.gpu, inputs.link, inputs.model
+    return [
+        f"model     {inputs.model_name}: {model.params / 1e9:.4g}B params, KV {format_bytes(model.kv_bytes_per_token)}/token",
+        f"hardware  {inputs.gpu_name}: {gpu.peak_flops / 1e12:.4g} TFLOP/s × MFU {gpu.mfu:g}, "
+        f"{format_bytes(gpu.hbm_bandwidth)}/s × MBU {gpu.mbu:g}, {format_bytes(gpu.hbm_bytes)} HBM; "
+        f"KV link {inputs.link_name}: {format_bytes(link.bandwidth)}/s + {format_seconds(link.overhead)}",
+    ]
+
+
+def render_table(plan: Plan, inputs: PlanInputs) -> str:
+    """The single-scenario report: sizes, predictions, binding constraint and infeasibilities in words."""
+    words = explain(plan, link_name=inputs.link_name)
+
+    def at(name: str) -> float:
+        return value_at(plan, name)
+
+    def seconds(name: str) -> str:
+        return format_seconds(at(name))
+
+    def text(name: str) -> str:
+        return str(np.asarray(getattr(plan, name))[()]).replace("_", " ")
+
+    ttft_kind = "mean" if inputs.slo.ttft_quantile is None else f"p{inputs.slo.ttft_quantile * 100:g}"
+    threshold = at("local_prefill_threshold_tokens")
+    rows = [
+        (
+            "prefill instances",
+            f"{at('prefill_instances'):g} × {at('prefill_gpus'):g} GPU",
+            text("prefill_binding"),
+        ),
+        (
+            "decode instances",
+            f"{at('decode_instances'):g} × {at('decode_gpus'):g} GPU",
+            f"batch cap {at('decode_batch_cap'):g}, bound: {text('decode_batch_bound')}",
+        ),
+        ("total GPUs", f"{at('total_gpus'):g}", f"D/P (article formula) {at('decode_prefill_ratio'):.2f}"),
+        (
+            "prefill, mean prompt",
+            seconds("prefill_seconds"),
+            f"attention factor {at('attention_factor'):.3f}",
+        ),
+        (
+            f"TTFT ({ttft_kind}, queued)",
+            seconds("predicted_ttft_seconds"),
+            f"SLO {seconds('ttft_slo_seconds')}",
+        ),
+        (
+            "decode step (TPOT)",
+            seconds("decode_step_seconds"),
+            f"SLO {seconds('tpot_slo_seconds')}, floor {seconds('tpot_floor_seconds')}",
+        ),
+        ("concurrency", f"{at('concurrency'):.4g}", "sessions: λ·(TTFT + L_out·TPOT)"),
+        (
+            "KV transfer",
+            seconds("transfer_seconds"),
+            f"{format_bytes(at('transfer_bytes'))}, exposed {seconds('exposed_transfer_seconds')}",
+        ),
+        (
+            "kv_max",
+            f"{format_bytes(at('kv_max_bytes_per_token'))}/token",
+            f"budget {seconds('transfer_budget_seconds')}: "
+            + ("feasible" if at("transfer_feasible") else "INFEASIBLE"),
+        ),
+        (
+            "link demand",
+            f"{format_bytes(at('link_demand_bytes_per_second'))}/s",
+            f"capacity {format_bytes(at('link_capacity_bytes_per_second'))}/s",
+        ),
+        ("local prefill below", f"{threshold:.0f} tokens" if np.isfinite(threshold) else "never", "L_thresh"),
+    ]
+    workload = inputs.workload
+    lines = [
+        *_header(inputs),
+        f"workload  {at_input(workload.rate)} req/s, ISL {at_input(workload.isl)}, OSL {at_input(workload.osl)}, "
+        f"hit rate {at_input(workload.hit_rate)}",
+        "",
+    ]
+    lines += [f"  {label:<24} {value:>16}   {detail}" for label, value, detail in rows]
+    lines += ["", "binding:", *(f"  {text}" for text in words.binding)]
+    if words.infeasible:
+        lines += ["INFEASIBLE:", *(f"  {text}" for text in words.infeasible)]
+    lines += ["notes:", *(f"  {text}" for text in words.notes)]
+    return "\n".join(lines)
+
+
+def render_sweep(plan: Plan, inputs: PlanInputs, name: str, values: FloatArray) -> str:
+    lines = [*_header(inputs), ""]
+    lines.append(
+        f"{name:>12} {'prefill':>8} {'decode':>7} {'GPUs':>6} {'batch cap':>9}  {'bound':<15} {'TTFT':>10}  feasible"
+    )
+    for i, value in enumerate(values):
+        row = plan.as_dict(i)
+        ttft = row["predicted_ttft_seconds"]
+        feasible = (
+            "yes"
+            if row["feasible"]
+            else "no: " + "; ".join(explain(plan, i, link_name=inputs.link_name).infeasible)
+        )
+        lines.append(
+            f"{value:>12g} {row['prefill_instances']:>8} {row['decode_instances']:>7} {row['total_gpus']:>6g} "
+            f"{row['decode_batch_cap']:>9}  {row['decode_batch_bound']!s:<15} "
+            f"{format_seconds(float(ttft)) if isinstance(ttft, float) else 'unbounded':>10}  {feasible}"
+        )
+    return "\n".join(lines)
+
+
+def plot(
+    path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: tuple[str, FloatArray] | None
+) -> None:
+    """Two panels: x and y against rate; the KV-transfer feasible region kv ≤ t_budget·BW/L."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if sweep is not None and sweep[0] == "rate":
+        rates = sweep[1]
+    else:
+        rates = np.linspace(0.0, max(2.0 * float(args.rate), 1.0), 129)
+    by_rate = size_pools(
+        inputs.model,
+        inputs.gpu,
+        inputs.link,
+        dataclasses.replace(build_inputs(args).workload, rate=rates),
+        build_inputs(args).slo,
+        pools=build_inputs(args).pools,
+    )
+    figure, (pools_axis, region_axis) = plt.subplots(1, 2, figsize=(12, 4.6))
+    pools_axis.step(rates, by_rate.prefill_instances, where="post", label="prefill instances x")
+    pools_axis.step(rates, by_rate.decode_instances, where="post", label="decode instances y")
+    pools_axis.step(rates, by_rate.total_gpus, where="post", linestyle=":", label="total GPUs")
+    infeasible = ~(by_rate.ttft_feasible & by_rate.decode_feasible & by_rate.transfer_feasible)
+    if infeasible.any():
+        pools_axis.scatter(
+            rates[infeasible],
+            by_rate.prefill_instances[infeasible],
+            marker="x",
+            color="red",
+            label="infeasible",
+        )
+    pools_axis.set_xlabel("arrival rate λ (requests/s)")
+    pools_axis.set_ylabel("instances")
+    pools_axis.set_title(f"{inputs.model_name} on {inputs.gpu_name}: ISL {args.isl:g}, OSL {args.osl:g}")
+    pools_axis.grid(alpha=0.3)
+    pools_axis.legend()
+
+    budget = float(np.asarray(by_rate.transfer_budget_seconds).flat[0])
+    lengths = np.logspace(np.log10(512), np.log10(2**21), 200)
+    links = {**LINK_PRESETS, inputs.link_name: inputs.link}
+    for name, spec in links.items():
+        kv_max = np.maximum(budget - spec.overhead, 0) * spec.bandwidth / lengths
+        line = region_axis.loglog(lengths, kv_max, label=f"kv_max on {name}")[0]
+        if spec is inputs.link:
+            region_axis.fill_between(lengths, 1e3, kv_max, color=line.get_color(), alpha=0.12)
+    names_by_kv: dict[float, list[str]] = {}
+    for name, preset in MODEL_PRESETS.items():
+        names_by_kv.setdefault(preset.kv_bytes_per_token, []).append(name)
+    for kv, names in names_by_kv.items():
+        region_axis.axhline(kv, color="grey", linewidth=0.6, linestyle="--")
+        region_axis.annotate(", ".join(names), (lengths[0], kv), fontsize=7, va="bottom")
+    region_axis.scatter(
+        [args.isl], [inputs.model.kv_bytes_per_token], color="black", zorder=5, label="this plan"
+    )
+    region_axis.set_ylim(1e3, 1e8)
+    region_axis.set_xlabel("prompt length L (tokens)")
+    region_axis.set_ylabel("KV bytes per token")
+    region_axis.set_title(f"transfer feasible region (shaded): L·kv/BW ≤ {format_seconds(budget)}")
+    region_axis.grid(alpha=0.3, which="both")
+    region_axis.legend(fontsize=8, loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def run(args: argparse.Namespace) -> int:
+    sweep: tuple[str, FloatArray] | None = None
+    try:
+        if args.sweep:
+            sweep = parse_sweep(args.sweep)
+        inputs = build_inputs(args, dict([sweep]) if sweep else None)
+        plan = size_pools(
+            inputs.model, inputs.gpu, inputs.link, inputs.workload, inputs.slo, pools=inputs.pools
+        )
+        check_physical_floors(plan, inputs)
+    except SpecError as err:
+        print(f"xpyd plan: error: {flag_of(err.field)} {err.value!r}: {err.rule}", file=sys.stderr)
+        return 2
+    except PlanInputError as err:
+        print(f"xpyd plan: error: {err}", file=sys.stderr)
+        return 2
+    emit: Callable[[str], None] = print
+    if sweep is None:
+        row = _scenario_json(plan, (), inputs.link_name)
+        emit(json.dumps(row, indent=2) if args.json else render_table(plan, inputs))
+        status = 0 if row["feasible"] else 1
+    else:
+        name, values = sweep
+        if args.json:
+            points = [_scenario_json(plan, i, inputs.link_name) for i in range(values.size)]
+            emit(json.dumps({"sweep": name, "values": values.tolist(), "plans": points}, indent=2))
+        else:
+            emit(render_sweep(plan, inputs, name.replace("_", "-"), values))
+        status = 0
+    if args.plot:
+        plot(args.plot, args, inputs, sweep)
+    return status

@@ -1,0 +1,155 @@
+"""Words for one planned scenario: what set each pool's size, and what makes it infeasible.
+
+Shared by `xpyd plan`, the controller's status (`status.autoscaler.reasons`) and the simulator's
+reports, so the same constraint reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from xpyd_controller.model.sizing import Plan
+
+
+@dataclass(frozen=True)
+class Explanation:
+    binding: tuple[str, ...]  # why each pool has the size it has
+    infeasible: tuple[str, ...]  # empty when the plan can be built and meets its SLOs
+    notes: tuple[str, ...]  # true but not disqualifying (exposed transfer, local-prefill threshold)
+
+
+def format_bytes(value: float) -> str:
+    """Decimal units, as link and HBM datasheets use them."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} B"
+
+
+def format_seconds(value: float) -> str:
+    if not math.isfinite(value):
+        return "unbounded"
+    if value == 0:
+        return "0 s"
+    if abs(value) >= 1:
+        return f"{value:.3g} s"
+    if abs(value) >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
+def _count(instances: int) -> str:
+    return f"{instances} instance" + ("" if instances == 1 else "s")
+
+
+def value_at(plan: Plan, name: str, index: int | tuple[int, ...] = ()) -> float:
+    """One scenario's value of a numeric `Plan` field or property, as a float."""
+    return float(np.asarray(getattr(plan, name))[index])
+
+
+def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "the link") -> Explanation:
+    """Explain scenario `index` of `plan` (an int or tuple index into its arrays; `()` for scalars)."""
+
+    def at(name: str) -> float:
+        return value_at(plan, name, index)
+
+    kv = plan.kv_bytes_per_token
+    binding: list[str] = []
+    infeasible: list[str] = []
+    notes: list[str] = []
+
+    x, load = int(at("prefill_instances")), at("prefill_load")
+    if str(np.asarray(plan.prefill_binding)[index]) == "ttft_quantile":
+        binding.append(
+            f"prefill: {_count(x)} to meet the TTFT quantile with queueing "
+            f"(throughput alone needs {math.ceil(load)}; utilisation {at('prefill_utilisation'):.0%})"
+        )
+    else:
+        binding.append(
+            f"prefill: {_count(x)} sized by throughput ({load:.3g} busy instances of prefill work, "
+            f"utilisation {at('prefill_utilisation'):.0%})"
+        )
+    bound = str(np.asarray(plan.decode_batch_bound)[index])
+    bound_words = {
+        "kv_capacity": "KV capacity (HBM left after weights / KV per session)",
+        "tpot_bandwidth": "TPOT bandwidth (weights + KV read within the TPOT SLO)",
+        "tpot_compute": "TPOT compute (2·P FLOPs per token within the TPOT SLO)",
+    }[bound]
+    binding.append(
+        f"decode: {_count(int(at('decode_instances')))} for {at('concurrency'):.3g} concurrent sessions, "
+        f"batch cap {int(at('decode_batch_cap'))} per instance bound by {bound_words}"
+    )
+
+    for side in ("prefill", "decode"):
+        if not bool(np.asarray(getattr(plan, f"{side}_weights_fit"))[index]):
+            needed = math.floor(plan.weight_bytes / plan.gpu_hbm_bytes) + 1
+            infeasible.append(
+                f"{side}: weights ({format_bytes(plan.weight_bytes)}) do not fit in {at(f'{side}_gpus'):g} "
+                f"× {format_bytes(plan.gpu_hbm_bytes)} of HBM: needs --{side}-gpus {needed} or more"
+            )
+    if bool(np.asarray(plan.decode_weights_fit)[index]) and at("decode_batch_cap") < 1:
+        if at("decode_tpot_cap") < 1:
+            infeasible.append(
+                f"decode: the TPOT SLO {format_seconds(at('tpot_slo_seconds'))} leaves no batch: one step "
+                f"already takes {format_seconds(at('tpot_floor_seconds'))} (step overhead + weight read W/β)"
+            )
+        else:
+            infeasible.append(
+                f"decode: one session's KV ({format_bytes(kv * at('decode_context_tokens'))}) does not fit "
+                "in the HBM left after the weights: raise --decode-gpus"
+            )
+    ttft, predicted = at("ttft_slo_seconds"), at("predicted_ttft_seconds")
+    if bool(np.asarray(plan.prefill_weights_fit)[index]) and predicted > ttft:
+        if not math.isfinite(predicted):
+            infeasible.append(
+                f"prefill: {_count(x)} run at utilisation {at('prefill_utilisation'):.0%}: the queue grows "
+                f"without bound and TTFT misses the {format_seconds(ttft)} SLO (size with --ttft-quantile)"
+            )
+        elif at("ttft_floor_seconds") > ttft:
+            infeasible.append(
+                f"prefill: TTFT floor {format_seconds(at('ttft_floor_seconds'))} (prefill + exposed transfer "
+                f"+ first step, no queueing) is over the {format_seconds(ttft)} SLO: more GPUs per prefill "
+                "instance or a faster GPU"
+            )
+        else:
+            infeasible.append(
+                f"prefill: predicted TTFT {format_seconds(predicted)} with queueing is over the "
+                f"{format_seconds(ttft)} SLO at utilisation {at('prefill_utilisation'):.0%} "
+                "(size with --ttft-quantile)"
+            )
+    transfer, budget = at("transfer_seconds"), at("transfer_budget_seconds")
+    if transfer > budget:
+        infeasible.append(
+            f"KV transfer of {format_bytes(at('transfer_bytes'))} takes {format_seconds(transfer)} on "
+            f"{link_name}: over the {format_seconds(budget)} budget; needs NVLink or KV compression "
+            f"(at most {format_bytes(at('kv_max_bytes_per_token'))}/token at this length, model has "
+            f"{format_bytes(kv)})"
+        )
+    demand, capacity = at("link_demand_bytes_per_second"), at("link_capacity_bytes_per_second")
+    if demand > capacity and at("decode_instances") > 0:
+        infeasible.append(
+            f"aggregate KV traffic {format_bytes(demand)}/s exceeds {link_name} capacity "
+            f"{format_bytes(capacity)}/s (one link per GPU on the smaller side): latency can be hidden, "
+            "bandwidth cannot"
+        )
+    if not bool(np.asarray(plan.overlap_feasible)[index]):
+        notes.append(
+            f"layer-wise overlap fails on {link_name} (kv/BW > 2P/π_eff per token): "
+            f"{format_seconds(at('exposed_transfer_seconds'))} of transfer stays on the TTFT path"
+        )
+    else:
+        notes.append(
+            f"layer-wise overlap holds: {format_seconds(transfer)} transfer leaves "
+            f"{format_seconds(at('exposed_transfer_seconds'))} exposed"
+        )
+    threshold = at("local_prefill_threshold_tokens")
+    if not math.isfinite(threshold):
+        notes.append(f"remote prefill never beats local prefill on {link_name} (kv/BW ≥ 2P/(k_P·π_eff))")
+    elif threshold == 0:
+        notes.append("no fixed remote-prefill overhead given: remote prefill wins at every prompt length")
+    else:
+        notes.append(f"prompts under {threshold:.0f} tokens are faster prefilled locally (L_thresh)")
+    return Explanation(tuple(binding), tuple(infeasible), tuple(notes))
