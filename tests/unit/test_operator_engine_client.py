@@ -1,0 +1,112 @@
+"""Engine HTTP adapter: parsing in-flight counts, and real calls against a loopback HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+from tests.unit.test_operator_plan import D, make_instance
+
+from xpyd_api.models import EngineType
+from xpyd_api.names import Role
+from xpyd_operator import engine_client
+
+VLLM = engine_client.IN_FLIGHT_METRICS[EngineType.VLLM]
+CUSTOM = engine_client.IN_FLIGHT_METRICS[EngineType.CUSTOM]
+
+PARSE_CASES = [
+    ("vllm:num_requests_running 3\nvllm:num_requests_waiting 2\n", VLLM, 5),
+    (
+        '# HELP x\nvllm:num_requests_running{model_name="a b"} 1.0\nvllm:num_requests_running{model_name="c"} 2\n'
+        'vllm:num_requests_waiting{model_name="a b"} 0\n',
+        VLLM,
+        3,
+    ),
+    ("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n", VLLM, 0),
+    ("vllm:num_requests_running 4\n", VLLM, None),  # half the data is no data
+    ("", VLLM, None),
+    ("vllm:num_requests_running NaN\nvllm:num_requests_waiting 1\n", VLLM, None),
+    ("sglang:num_running_reqs 2\nsglang:num_queue_reqs 7\n", CUSTOM, 9),
+]
+
+
+@pytest.mark.parametrize(("text", "families", "expected"), PARSE_CASES)
+def test_parse_in_flight(text: str, families: Any, expected: int | None) -> None:
+    assert engine_client.parse_in_flight(text, families) == expected
+
+
+class _Engine(BaseHTTPRequestHandler):
+    role = "decode"
+    in_flight = 4
+    switches: list[str] = []  # noqa: RUF012 (shared with the test by design)
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            text = f"vllm:num_requests_running {self.in_flight}\nvllm:num_requests_waiting 0\n"
+            self._send(200, text.encode())
+        elif self.path == "/server_info":
+            self._send(200, json.dumps({"disaggregation_mode": type(self).role}).encode())
+        else:
+            self._send(404, b"")
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("new_role") not in ("prefill", "decode"):
+            self._send(400, b"bad role")
+            return
+        type(self).role = body["new_role"]
+        type(self).switches.append(body["new_role"])
+        self._send(200, b"{}")
+
+    def _send(self, code: int, payload: bytes) -> None:
+        self.send_response(code)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def engine_url() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Engine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_read_switch_and_verify_against_a_live_endpoint(engine_url: str) -> None:
+    assert engine_client.read_in_flight(f"{engine_url}/metrics", EngineType.VLLM, 2.0) == 4
+    assert engine_client.reported_role(f"{engine_url}/server_info", 2.0) == "decode"
+    engine_client.switch_role(f"{engine_url}/pd_role_switch", Role.PREFILL, 2.0)
+    assert engine_client.reported_role(f"{engine_url}/server_info", 2.0) == "prefill"
+
+
+def test_failures_are_no_data_or_named_errors(engine_url: str) -> None:
+    assert engine_client.read_in_flight(f"{engine_url}/missing", EngineType.VLLM, 2.0) is None
+    assert engine_client.read_in_flight("http://127.0.0.1:9/metrics", EngineType.VLLM, 0.5) is None
+    with pytest.raises(engine_client.EngineError, match="pd_role_switch"):
+        engine_client.switch_role("http://127.0.0.1:9/pd_role_switch", Role.DECODE, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "engine", "probe", "expected"),
+    [
+        ("http://h:1/metrics", None, False, "http://h:1/metrics"),
+        (None, "http://e:2/", False, "http://e:2/metrics"),
+        (None, None, True, "http://10.0.0.5:8000/metrics"),
+        (None, None, False, None),
+    ],
+)
+def test_metrics_url_precedence(
+    metrics: str | None, engine: str | None, probe: bool, expected: str | None
+) -> None:
+    instance = replace(make_instance("x-1", D), metrics_url=metrics, engine_url=engine, pod_ip="10.0.0.5")
+    assert engine_client.metrics_url(instance, 8000, probe) == expected

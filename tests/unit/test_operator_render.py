@@ -1,0 +1,129 @@
+"""Rendered manifests: labels, owner references, engine role arguments, selectors, template hashes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from xpyd_api.models import PDDeployment, parse_pdd
+from xpyd_api.names import LABEL_PDD, LABEL_ROLE, LABEL_SERVING, LABEL_TEMPLATE_HASH, Role
+from xpyd_operator import render
+
+
+def make_pdd(**spec: Any) -> PDDeployment:
+    raw: dict[str, Any] = {
+        "model": {"name": "org/model"},
+        "engine": {"image": "img:1"},
+        "router": {"image": "r:1"},
+    }
+    for key, value in spec.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    return parse_pdd({"metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"}, "spec": raw})
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+@pytest.mark.parametrize(
+    ("conversion", "role", "kv_role"),
+    [
+        ({}, Role.PREFILL, "kv_both"),
+        ({}, Role.DECODE, "kv_both"),
+        ({"switchMethod": "Restart"}, Role.PREFILL, "kv_producer"),
+        ({"switchMethod": "Restart"}, Role.DECODE, "kv_consumer"),
+    ],
+)
+def test_vllm_kv_transfer_config(conversion: dict[str, str], role: Role, kv_role: str) -> None:
+    args = render.engine_role_args(make_pdd(conversion=conversion).spec, role)
+    assert json.loads(flag(args, "--kv-transfer-config")) == {
+        "kv_connector": "NixlConnector",
+        "kv_role": kv_role,
+    }
+    assert flag(args, "--model") == "org/model"
+
+
+@pytest.mark.parametrize(
+    ("conversion", "role", "mode", "switch_flag"),
+    [
+        ({}, Role.PREFILL, "$(XPYD_ROLE)", True),
+        ({"switchMethod": "Restart"}, Role.DECODE, "decode", False),
+    ],
+)
+def test_sglang_disaggregation_flags(
+    conversion: dict[str, str], role: Role, mode: str, switch_flag: bool
+) -> None:
+    spec = make_pdd(engine={"type": "sglang", "kvConnector": "nixl"}, conversion=conversion).spec
+    args = render.engine_role_args(spec, role)
+    assert flag(args, "--disaggregation-mode") == mode
+    assert flag(args, "--disaggregation-transfer-backend") == "nixl"
+    assert ("--enable-pd-role-switch" in args) is switch_flag
+
+
+def test_tensor_parallel_follows_gpus_per_instance() -> None:
+    spec = make_pdd(prefill={"gpusPerInstance": 4}, decode={"gpusPerInstance": 4}).spec
+    assert flag(render.engine_role_args(spec, Role.PREFILL), "--tensor-parallel-size") == "4"
+
+
+def test_instance_pod_labels_owner_and_resources() -> None:
+    pdd = make_pdd(engine={"args": ["--x"]}, decode={"args": ["--only-decode"]})
+    pod = render.instance_pod(pdd, Role.DECODE, "p-3", serving=False, node="n1", transition="{}")
+    labels = pod["metadata"]["labels"]
+    assert labels[LABEL_PDD] == "p" and labels[LABEL_ROLE] == "decode" and labels[LABEL_SERVING] == "false"
+    assert labels[LABEL_TEMPLATE_HASH] == render.template_hash(pdd.spec, Role.DECODE)
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("PDDeployment", "uid-1", True)
+    assert pod["spec"]["nodeName"] == "n1"
+    container = pod["spec"]["containers"][0]
+    assert container["args"][-2:] == ["--x", "--only-decode"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.labels['{LABEL_ROLE}']"
+
+
+def test_template_hash_changes_with_the_template_only() -> None:
+    base = make_pdd()
+    assert render.template_hash(base.spec, Role.PREFILL) == render.template_hash(
+        make_pdd().spec, Role.PREFILL
+    )
+    # vLLM kv_both: both roles run the same pod, so a conversion needs no rollout afterwards
+    assert render.template_hash(base.spec, Role.PREFILL) == render.template_hash(base.spec, Role.DECODE)
+    changed = make_pdd(engine={"image": "img:2"})
+    assert render.template_hash(changed.spec, Role.PREFILL) != render.template_hash(base.spec, Role.PREFILL)
+    replicas_only = make_pdd(prefill={"replicas": 3})
+    assert render.template_hash(replicas_only.spec, Role.PREFILL) == render.template_hash(
+        base.spec, Role.PREFILL
+    )
+
+
+def test_role_service_selects_serving_instances_of_its_role() -> None:
+    service = render.role_service(make_pdd(), Role.PREFILL)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {LABEL_PDD: "p", LABEL_ROLE: "prefill", LABEL_SERVING: "true"}
+
+
+@pytest.mark.parametrize(
+    ("router_type", "pd_flag", "command"),
+    [
+        ("vllm-router", "--vllm-pd-disaggregation", ["vllm-router"]),
+        ("sglang-router", "--pd-disaggregation", ["python3", "-m", "sglang_router.launch_router"]),
+    ],
+)
+def test_router_discovers_instances_by_label(router_type: str, pd_flag: str, command: list[str]) -> None:
+    deployment = render.router_deployment(make_pdd(router={"type": router_type}))
+    assert deployment is not None
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert container["command"] == command
+    assert pd_flag in args and "--service-discovery" in args
+    assert flag(args, "--service-discovery-namespace") == "ns"
+    start = args.index("--prefill-selector") + 1
+    assert args[start : start + 3] == ["xpyd.dev/pdd=p", "xpyd.dev/role=prefill", "xpyd.dev/serving=true"]
+    start = args.index("--decode-selector") + 1
+    assert args[start : start + 3] == ["xpyd.dev/pdd=p", "xpyd.dev/role=decode", "xpyd.dev/serving=true"]
+
+
+def test_no_router_renders_nothing() -> None:
+    pdd = make_pdd(router={"type": "none"})
+    assert render.router_deployment(pdd) is None and render.router_service(pdd) is None

@@ -1,0 +1,122 @@
+"""Status from observed instances: ready/desired summaries, conversions, and the four conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.unit.test_operator_plan import HASHES, NOW, D, P, convert, make_instance, make_spec
+
+from xpyd_operator.plan.instances import Instance
+from xpyd_operator.status import StatusInput, compute_status, invalid_spec_conditions
+
+
+def status_of(
+    instances: list[Instance], router_ready: int = 1, previous: Any = (), **spec: Any
+) -> dict[str, Any]:
+    inp = StatusInput(3, make_spec(**spec), instances, HASHES, router_ready, previous, NOW)
+    return compute_status(inp)
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+READY_PAIR = [make_instance("x-0", P), make_instance("x-1", D)]
+
+CASES: list[tuple[str, list[Instance], int, dict[str, Any], dict[str, tuple[str, str]]]] = [
+    (
+        "all ready",
+        READY_PAIR,
+        1,
+        {},
+        {
+            "Ready": ("True", "AllInstancesReady"),
+            "Progressing": ("False", "Stable"),
+            "Degraded": ("False", "Healthy"),
+            "Converting": ("False", "NoConversion"),
+        },
+    ),
+    ("router not ready", READY_PAIR, 0, {}, {"Ready": ("False", "RouterNotReady")}),
+    (
+        "no router wanted",
+        READY_PAIR,
+        0,
+        {"router": {"type": "none"}},
+        {"Ready": ("True", "AllInstancesReady")},
+    ),
+    (
+        "scaling up",
+        READY_PAIR,
+        1,
+        {"prefill": 2},
+        {"Ready": ("False", "InstancesNotReady"), "Progressing": ("True", "Scaling")},
+    ),
+    (
+        "rolling update",
+        [make_instance("x-0", P, template="old"), make_instance("x-1", D)],
+        1,
+        {},
+        {"Progressing": ("True", "RollingUpdate")},
+    ),
+    (
+        "failed pod",
+        [*READY_PAIR, make_instance("x-2", D, failed=True)],
+        1,
+        {},
+        {"Degraded": ("True", "PodsFailed")},
+    ),
+    (
+        "converting",
+        [make_instance("x-0", P), make_instance("x-1", D), make_instance("x-2", D, transition=convert(D))],
+        1,
+        {"prefill": 2},
+        {"Converting": ("True", "ConvertingRoles"), "Progressing": ("True", "ConvertingRoles")},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("title", "instances", "router", "spec", "expected"), CASES, ids=[c[0] for c in CASES]
+)
+def test_conditions(
+    title: str,
+    instances: list[Instance],
+    router: int,
+    spec: dict[str, Any],
+    expected: dict[str, tuple[str, str]],
+) -> None:
+    extra = {k: v for k, v in spec.items() if k not in ("prefill", "decode")}
+    counts = {k: v for k, v in spec.items() if k in ("prefill", "decode")}
+    found = conditions(status_of(instances, router, **counts, **extra))
+    assert {k: found[k] for k in expected} == expected
+
+
+def test_pool_summaries_and_conversions() -> None:
+    instances = [
+        make_instance("x-0", P),
+        make_instance("x-1", D),
+        make_instance("x-2", D, transition=convert(D)),
+    ]
+    status = status_of(instances, prefill=2, decode=1)
+    assert status["prefill"] == {"desired": 2, "current": 2, "ready": 1, "updated": 1, "summary": "1/2"}
+    assert status["decode"]["summary"] == "1/1"
+    assert status["converting"] == 1
+    assert status["conversions"][0]["pod"] == "x-2"
+    assert (status["conversions"][0]["from"], status["conversions"][0]["to"]) == ("decode", "prefill")
+    assert status["observedGeneration"] == 3
+
+
+def test_transition_time_kept_while_status_unchanged() -> None:
+    previous = [{"type": "Ready", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}]
+    status = status_of(READY_PAIR, previous=previous)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    flipped = status_of(READY_PAIR, router_ready=0, previous=previous)
+    ready = next(c for c in flipped["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+
+
+def test_invalid_spec_is_reported_as_degraded() -> None:
+    found = {c["type"]: (c["status"], c["reason"]) for c in invalid_spec_conditions("bad", 2, NOW, [])}
+    assert found == {"Ready": ("False", "InvalidSpec"), "Degraded": ("True", "InvalidSpec")}
