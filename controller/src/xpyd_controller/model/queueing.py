@@ -33,7 +33,9 @@ def _erlang_b_at_first_stable_size(load: FloatArray) -> tuple[IntArray, FloatArr
     active = np.flatnonzero(load > 0)
     k = 1
     while active.size:
-        term[active] *= (servers[active] - k + 1) / load[active]
+        # A vanishing load (≲1e-308) overflows 1/a to inf, i.e. B = 0: the right limit, so no warning.
+        with np.errstate(over="ignore"):
+            term[active] *= (servers[active] - k + 1) / load[active]
         inverse[active] += term[active]
         finished = (term[active] < _SERIES_TOLERANCE * inverse[active]) | (k >= servers[active])
         active = active[~finished]

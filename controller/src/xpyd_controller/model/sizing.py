@@ -198,7 +198,7 @@ class Plan:
     prefill_binding: npt.NDArray[np.str_]  # "throughput" | "ttft_quantile"
     prefill_utilisation: FloatArray
     predicted_ttft_seconds: FloatArray  # quantile (or mean) TTFT: wait + prefill + exposed transfer + step
-    ttft_floor_seconds: FloatArray  # prefill + exposed transfer + one decode step, no queueing
+    ttft_floor_seconds: FloatArray  # prefill + exposed transfer + one decode step at the cap, no queueing
     ttft_slo_seconds: FloatArray
     tpot_slo_seconds: FloatArray
     concurrency: FloatArray
@@ -403,7 +403,9 @@ def size_pools(
     mean_service, service_cv2 = _prefill_service_moments(model, gpu, arrays, g_p)
     load = rate * mean_service
     throughput_instances = np.ceil(load).astype(np.int64)
-    fixed_latency = exposed + step
+    # The first token waits for one decode step; take it at the batch cap (the slowest step the plan
+    # allows) so the prefill size never shrinks when more traffic lowers the operating batch.
+    fixed_latency = exposed + step_at_cap
     if slo.ttft_quantile is None:
         instances = throughput_instances
         binding = np.full(np.shape(instances), "throughput")

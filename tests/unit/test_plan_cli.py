@@ -1,0 +1,162 @@
+"""`xpyd plan` against DESIGN.md's fixed CLI contract: flags, JSON keys, words, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xpyd_controller.cli import main
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.sizing import JSON_KEYS, PoolConfig, Slo, Workload, size_pools
+
+BASE = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--link", "ib-400g"]
+TRAFFIC = ["--rate", "10", "--isl", "4096", "--osl", "256"]
+
+
+def run_plan(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str, str]:
+    code = main([*BASE, *flags])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, object]:
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--json", *flags)
+    assert code in (0, 1)
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+def test_json_has_the_design_keys_and_matches_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    row = plan_json(capsys, "--ttft-slo", "1.5", "--tpot-slo", "0.04")
+    assert set(JSON_KEYS) <= set(row)
+    expected = size_pools(
+        MODEL_PRESETS["llama-3.1-8b"],
+        GPU_PRESETS["h100-sxm"],
+        LINK_PRESETS["ib-400g"],
+        Workload(rate=10, isl=4096, osl=256),
+        Slo(ttft=1.5, tpot=0.04),
+        pools=PoolConfig(),
+    ).as_dict()
+    assert {key: row[key] for key in expected} == expected
+    assert row["decode_batch_bound"] in ("kv_capacity", "tpot_bandwidth", "tpot_compute")
+    assert row["binding"] and isinstance(row["binding"], list)
+
+
+def test_explicit_flags_override_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    row = plan_json(capsys, "--layers", "40", "--kv-bytes", "1")
+    assert row["kv_bytes_per_token"] == 2 * 40 * 8 * 128 * 1
+
+
+def test_custom_mla_model_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            *TRAFFIC,
+            "--json",
+            *("--params", "16e9", "--layers", "27", "--kv-heads", "16", "--head-dim", "128"),
+            *("--kv-latent-dim", "512", "--rope-dim", "64"),
+        ]
+    )
+    row = json.loads(capsys.readouterr().out)
+    assert code in (0, 1)
+    assert row["kv_bytes_per_token"] == 27 * (512 + 64) * 2
+    assert row["attention_factor"] == 1.0  # no hidden size given
+
+
+def test_human_table_names_the_binding_constraint(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_plan(capsys, *TRAFFIC)
+    assert code == 0
+    assert "prefill: 2 instances sized by throughput (1.89 busy instances" in out
+    assert "bound by KV capacity" in out
+
+
+def test_infeasible_transfer_in_words_and_exit_one(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_plan(
+        capsys,
+        *("--model", "llama-3.1-70b", "--prefill-gpus", "8", "--decode-gpus", "8"),
+        *("--rate", "1", "--isl", "131072", "--osl", "256", "--ttft-slo", "60", "--transfer-budget", "0.2"),
+    )
+    assert code == 1
+    assert (
+        "KV transfer of 42.9 GB takes 859 ms on ib-400g: over the 200 ms budget; needs NVLink or KV compression"
+        in out
+    )
+
+
+def test_weights_that_do_not_fit_say_how_many_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_plan(capsys, "--model", "llama-3.1-70b", *TRAFFIC)
+    assert code == 1
+    assert "needs --decode-gpus 2 or more" in out
+    assert "nan" not in out.lower()
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--rate", "-1"], ["--rate", "-1.0", ">= 0"]),
+        (["--rate", "nan"], ["--rate", "nan", "finite"]),
+        (["--hit-rate", "1"], ["--hit-rate", "1.0", "[0, 1)"]),
+        (["--mfu", "0"], ["--mfu", "0.0", "(0, 1]"]),
+        (["--link-bandwidth", "0"], ["--link-bandwidth", "0.0", "> 0"]),
+        (["--prefill-gpus", "1.5"], ["--prefill-gpus", "1.5", "whole number"]),
+        (["--ttft-quantile", "1.2"], ["--ttft-quantile", "1.2", "[0.5, 1)"]),
+        (["--tpot-slo", "0.004"], ["--tpot-slo", "0.004", "physical floor", "4.79 ms", "weight read"]),
+        (["--ttft-slo", "0.01"], ["--ttft-slo", "0.01", "physical floor", "prefill"]),
+        (["--sweep", "rate=5:1"], ["--sweep", "rate=5:1", "STOP >= START"]),
+        (["--sweep", "speed=1:2"], ["--sweep", "speed", "rate"]),
+    ],
+)
+def test_invalid_input_exits_two_naming_flag_value_rule(
+    capsys: pytest.CaptureFixture[str], flags: list[str], words: list[str]
+) -> None:
+    code, out, err = run_plan(capsys, *TRAFFIC, *flags)
+    assert code == 2
+    assert out == ""
+    for word in words:
+        assert word in err
+
+
+def test_custom_model_needs_its_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *TRAFFIC, "--params", "8e9"]) == 2
+    assert "--layers, --kv-heads, --head-dim are required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", ["rate=1:4", "rate=1,2,3,4", "rate=1:4:1"])
+def test_sweep_json_points(capsys: pytest.CaptureFixture[str], spec: str) -> None:
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--json", "--sweep", spec)
+    assert code == 0
+    result = json.loads(out)
+    assert result["sweep"] == "rate"
+    assert result["values"] == [1.0, 2.0, 3.0, 4.0]
+    decode = [point["decode_instances"] for point in result["plans"]]
+    assert decode == sorted(decode)
+    assert all(set(JSON_KEYS) <= set(point) for point in result["plans"])
+
+
+def test_sweep_table_has_a_row_per_value(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--sweep", "tpot-slo=0.01,0.02,0.05")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.strip().startswith(("0.01", "0.02", "0.05"))]
+    assert len(rows) == 3
+
+
+def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "plan.png"
+    code, _, _ = run_plan(capsys, *TRAFFIC, "--plot", str(target))
+    assert code == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_console_entry_point_end_to_end() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "xpyd_controller.cli", *BASE, *TRAFFIC, "--hit-rate", "-0.5"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--hit-rate -0.5" in done.stderr
