@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
+from xpyd_controller.policy.dynamo import make_dynamo
 from xpyd_controller.policy.static import make_static
 from xpyd_controller.policy.threshold import make_threshold
 from xpyd_controller.policy.types import Policy
@@ -13,6 +14,7 @@ from xpyd_controller.policy.xpyd import make_xpyd
 PolicyFactory = Callable[[PolicyContext], Policy]
 
 POLICIES: Mapping[str, PolicyFactory] = {
+    "dynamo": make_dynamo,
     "static": make_static,
     "threshold": make_threshold,
     "xpyd": make_xpyd,

@@ -14,6 +14,7 @@ on the last known lengths but never down; a rate of exactly 0 is zero demand and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
+# Decode step budgets tried, as fractions of the TPOT SLO (see `XpydPolicy._targets`).
+STEP_BUDGET_FRACTIONS = np.linspace(0.05, 1.0, 39)
 
 
 @dataclass(frozen=True)
@@ -143,9 +146,9 @@ class XpydPolicy:
         return _Demand(rate, *self._last_lengths, hit_rate=hit_rate, partial=partial)
 
     def _plan(self, demand: _Demand) -> Plan:
-        """Sizes at the observed demand (index 0) and at demand × (1 + tolerance) (index 1), one call."""
+        """Plans for [demand, demand × (1 + tolerance)] × every candidate decode step budget, one call."""
         workload = Workload(
-            rate=np.array([demand.rate, demand.rate * (1 + self.config.tolerance)]),
+            rate=np.array([[demand.rate], [demand.rate * (1 + self.config.tolerance)]]),
             isl=demand.isl,
             osl=demand.osl,
             hit_rate=demand.hit_rate,
@@ -153,7 +156,8 @@ class XpydPolicy:
             osl_std=demand.osl_std,
         )
         ctx = self.context
-        return size_pools(ctx.model, ctx.gpu, ctx.link, workload, self._slo, pools=self._pools)
+        slo = dataclasses.replace(self._slo, tpot=ctx.tpot_slo_s * STEP_BUDGET_FRACTIONS)
+        return size_pools(ctx.model, ctx.gpu, ctx.link, workload, slo, pools=self._pools)
 
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
@@ -206,14 +210,21 @@ class XpydPolicy:
     def _targets(
         self, demand: _Demand, details: dict[str, float], reasons: list[str]
     ) -> tuple[tuple[int, int], tuple[int, int], tuple[str, str]]:
-        """(floor, scale-down target, binding) per pool, filling `details` with the model's predictions."""
+        """(floor, scale-down target, binding) per pool, filling `details` with the model's predictions.
+
+        Every candidate step budget t ≤ TPOT SLO is a consistent decode plan (batches capped so a step
+        takes ≤ t, sessions last TTFT + L_out·t); the cheapest one that the model calls feasible wins.
+        """
         if demand.rate == 0:
             reasons.append("ZeroTraffic")
             return (0, 0), (0, 0), ("zero_traffic", "zero_traffic")
         plan = self._plan(demand)
-        row = plan.as_dict(0)
-        floors = (int(plan.prefill_instances[0]), int(plan.decode_instances[0]))
-        down = (int(plan.prefill_instances[1]), int(plan.decode_instances[1]))
+        gpus = plan.total_gpus + np.where(plan.decode_feasible & plan.prefill_weights_fit, 0, np.inf)
+        # Prefer the loosest budget among equally cheap ones: the most slack below the SLO is kept.
+        picks = [int(len(STEP_BUDGET_FRACTIONS) - 1 - np.argmin(row[::-1])) for row in gpus]
+        floor_row = plan.as_dict((0, picks[0]))
+        floors = (int(plan.prefill_instances[0, picks[0]]), int(plan.decode_instances[0, picks[0]]))
+        down = (int(plan.prefill_instances[1, picks[1]]), int(plan.decode_instances[1, picks[1]]))
         for key in (
             "prefill_load",
             "prefill_utilisation",
@@ -223,18 +234,21 @@ class XpydPolicy:
             "decode_batch_cap",
             "decode_step_seconds",
         ):
-            value = row[key]
+            value = floor_row[key]
             details[key] = float(value) if isinstance(value, int | float) else math.inf
         details["predicted_tpot_seconds"] = details.pop("decode_step_seconds")
+        details["decode_step_budget_seconds"] = float(
+            self.context.tpot_slo_s * STEP_BUDGET_FRACTIONS[picks[0]]
+        )
         details["prefill_floor"], details["decode_floor"] = float(floors[0]), float(floors[1])
         details["prefill_down_target"], details["decode_down_target"] = float(down[0]), float(down[1])
-        if not row["ttft_feasible"]:
+        if not floor_row["ttft_feasible"]:
             reasons.append("TtftSloBelowModelFloor")
-        if not row["decode_feasible"]:
+        if not floor_row["decode_feasible"]:
             # The decode side cannot be built (weights do not fit): never size it to 0 because of that.
             reasons.append("DecodeInfeasible")
             floors, down = (floors[0], 0), (down[0], 1 << 30)
-        return floors, down, (str(row["prefill_binding"]), str(row["decode_batch_bound"]))
+        return floors, down, (str(floor_row["prefill_binding"]), str(floor_row["decode_batch_bound"]))
 
 
 def make_xpyd(context: PolicyContext) -> XpydPolicy:
