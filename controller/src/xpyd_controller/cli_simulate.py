@@ -1,0 +1,219 @@
+"""`xpyd simulate`: replay a scenario's traffic against a fleet and a policy; goodput, GPU-hours, plots.
+
+A thin edge over `xpyd_controller.sim`: parse flags into a scenario, simulate, then print a summary
+table (or `--json`) and optionally plot the run. Exit codes: 0 = simulated; 2 = invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from xpyd_controller.model.specs import SpecError
+from xpyd_controller.policy.context import PolicyConfigError
+from xpyd_controller.policy.types import Policy
+from xpyd_controller.sim.config import Fleet, SimConfigError
+from xpyd_controller.sim.policies import build_policy, policy_names
+from xpyd_controller.sim.results import SimResult, recovery_time_s
+from xpyd_controller.sim.runner import simulate
+from xpyd_controller.sim.scenarios import Scenario, builtin_scenarios, load_scenario
+from xpyd_controller.sim.traces import TraceError
+
+PROGRESS_EVERY_S = 2.0  # wall-clock seconds between progress lines on stderr
+
+
+def register(subparsers: Any) -> None:
+    names = ", ".join(builtin_scenarios())
+    parser = subparsers.add_parser(
+        "simulate",
+        help="replay traffic against a fleet and a policy; goodput, GPU-hours, plots",
+        description=(
+            "Simulate a co-located or prefill/decode fleet request by request. "
+            f"Built-in scenarios: {names}; or give a YAML/JSON scenario file."
+        ),
+    )
+    parser.add_argument("--scenario", default="seed-8gpu", help="built-in name or YAML/JSON file")
+    parser.add_argument("--mode", choices=("colocated", "disagg"), help="override the scenario's mode")
+    parser.add_argument("--split", help="X:Y prefill:decode instances (disagg) or N GPUs (colocated)")
+    parser.add_argument("--rate", type=float, help="mean arrival rate, requests/s")
+    parser.add_argument("--seed", type=int, default=7, help="random seed of the traffic (default 7)")
+    parser.add_argument("--policy", help=f"autoscaling policy: {', '.join(policy_names())}")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot rate and mix, x and y, latencies")
+    parser.set_defaults(func=run)
+
+
+def parse_split(text: str, mode: str) -> tuple[int, int]:
+    """`X:Y` → (X, Y); colocated also takes `N`, `NG` or `0:N` → (0, N)."""
+    parts = text.strip().upper().removesuffix("G").split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise SimConfigError(
+            "--split", text, "must be X:Y (disagg) or N (colocated), whole numbers"
+        ) from None
+    if len(numbers) == 1 and mode == "colocated":
+        return 0, numbers[0]
+    if len(numbers) != 2 or min(numbers) < 0:
+        raise SimConfigError("--split", text, "must be X:Y with whole numbers >= 0")
+    return numbers[0], numbers[1]
+
+
+def apply_overrides(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """The scenario with the command line's mode, split and policy."""
+    fleet = scenario.config.fleet
+    mode = args.mode or fleet.mode
+    if args.split is not None:
+        prefill, decode = parse_split(args.split, mode)
+    elif mode != fleet.mode:
+        total = fleet.prefill + fleet.decode
+        prefill, decode = (0, total) if mode == "colocated" else (total // 2, total - total // 2)
+    else:
+        prefill, decode = fleet.prefill, fleet.decode
+    config = dataclasses.replace(scenario.config, fleet=Fleet(mode, prefill, decode))
+    policy = args.policy if args.policy is not None else scenario.policy
+    if mode == "colocated" and policy not in (None, "static"):
+        raise SimConfigError("--policy", policy, "autoscaling runs need --mode disagg")
+    return dataclasses.replace(scenario, config=config, policy=policy)
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        scenario = apply_overrides(load_scenario(args.scenario), args)
+        trace = scenario.traffic.build(args.seed, args.rate)
+        config = scenario.config
+        policy: Policy | None = None
+        if scenario.policy is not None and config.fleet.mode == "disagg":
+            policy, config = build_policy(scenario.policy, config, trace)
+    except (SimConfigError, SpecError, TraceError, PolicyConfigError) as error:
+        err.print(f"xpyd simulate: {error}", markup=False, highlight=False)
+        return 2
+    started = time.perf_counter()
+    last_report = [started]
+    horizon = float(trace.arrival_s[-1])
+
+    def progress(sim_time: float, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - last_report[0] >= PROGRESS_EVERY_S:
+            last_report[0] = now
+            err.print(
+                f"simulated {sim_time:,.0f}/{horizon:,.0f} s, {done:,}/{total:,} requests done "
+                f"({now - started:.0f} s wall)",
+                highlight=False,
+            )
+
+    result = simulate(config, trace, policy, limits=scenario.limits, progress=progress)
+    wall = time.perf_counter() - started
+    summary: dict[str, Any] = {
+        "scenario": scenario.name,
+        "mode": config.fleet.mode,
+        "split": f"{config.fleet.prefill}:{config.fleet.decode}",
+        "rate": args.rate if args.rate is not None else scenario.traffic.rate,
+        "seed": args.seed,
+        "policy": scenario.policy if policy is not None else None,
+        **result.summary(),
+        "wall_seconds": wall,
+        "requests_per_wall_second": result.requests / wall,
+    }
+    if scenario.step_at_s is not None:
+        summary["recovery_seconds"] = recovery_time_s(result, scenario.step_at_s)
+    if args.plot:
+        plot_run(result, args.plot, title=f"{scenario.name} · {summary['policy'] or summary['split']}")
+    if args.json:
+        print(json.dumps({k: _json_value(v) for k, v in summary.items()}))
+    else:
+        Console().print(summary_table(summary, result))
+    return 0
+
+
+def _json_value(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def summary_table(summary: dict[str, Any], result: SimResult) -> Table:
+    """The human-readable result: what ran, then latency, goodput, cost and scaling activity."""
+    table = Table(title=f"xpyd simulate · {summary['scenario']}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    ms = "{:,.1f} ms"
+    rows = [
+        (
+            "fleet",
+            f"{summary['mode']} {summary['split']}"
+            + (f" → {summary['policy']}" if summary["policy"] else ""),
+        ),
+        ("requests", f"{result.requests:,} in {result.duration_s:,.0f} s simulated"),
+        ("goodput (all SLO bounds)", f"{result.goodput:.1%}"),
+        (
+            "goodput TTFT+TPOT / TTFT+max gap",
+            f"{result.goodput_ttft_tpot:.1%} / {result.goodput_max_gap:.1%}",
+        ),
+        (
+            "TTFT p50 / p90 / p99",
+            " / ".join(ms.format(v * 1e3) for v in (result.ttft_p50, result.ttft_p90, result.ttft_p99)),
+        ),
+        ("TPOT p50 / p99", " / ".join(ms.format(v * 1e3) for v in (result.tpot_p50, result.tpot_p99))),
+        ("TBT p50 / p99", " / ".join(ms.format(v * 1e3) for v in (result.tbt_p50, result.tbt_p99))),
+        ("output tokens / GPU-second", f"{result.tokens_per_gpu_second:,.0f}"),
+        ("GPU-hours", f"{result.gpu_hours:,.2f}"),
+        ("good requests / GPU-hour", f"{result.good_requests_per_gpu_hour:,.0f}"),
+        (
+            "scale-ups / scale-downs / conversions",
+            f"{result.scale_ups} / {result.scale_downs} / {result.conversions}",
+        ),
+        ("oscillations", str(result.oscillations)),
+    ]
+    if "recovery_seconds" in summary:
+        rows.append(("time to recover after the step", f"{summary['recovery_seconds']:,.0f} s"))
+    rows.append(("simulator speed", f"{summary['requests_per_wall_second']:,.0f} requests/s"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def plot_run(result: SimResult, path: str, title: str) -> None:
+    """Three panels over time: arrival rate and mix, prefill/decode instances, TTFT/TPOT percentiles."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = result.series
+    hours = [p.start_s / 3600.0 for p in series]
+    figure, (traffic, fleet, latency) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    traffic.plot(hours, [p.arrival_rate for p in series], label="arrivals (req/s)", color="black")
+    traffic.set_ylabel("requests/s")
+    mix = traffic.twinx()
+    mix.plot(hours, [p.mean_input_tokens / p.mean_output_tokens for p in series], label="input:output tokens")
+    mix.set_ylabel("mean input / mean output")
+    traffic.legend(loc="upper left")
+    mix.legend(loc="upper right")
+    fleet.step(hours, [p.prefill_ready for p in series], where="post", label="prefill ready (x)")
+    fleet.step(hours, [p.decode_ready for p in series], where="post", label="decode ready (y)")
+    fleet.step(hours, [p.gpus for p in series], where="post", label="GPUs paid for", linestyle=":")
+    fleet.set_ylabel("instances")
+    fleet.legend(loc="upper left")
+    for name, label in (("ttft_p50_s", "TTFT p50"), ("ttft_p99_s", "TTFT p99")):
+        latency.plot(hours, [getattr(p, name) for p in series], label=label)
+    latency.set_ylabel("TTFT (s)")
+    latency.set_yscale("log")
+    per_token = latency.twinx()
+    for name, label in (("tpot_p50_s", "TPOT p50"), ("tpot_p99_s", "TPOT p99")):
+        per_token.plot(hours, [getattr(p, name) * 1e3 for p in series], label=label, linestyle="--")
+    per_token.set_ylabel("TPOT (ms)")
+    per_token.ticklabel_format(axis="y", useOffset=False)
+    latency.legend(loc="upper left")
+    per_token.legend(loc="upper right")
+    latency.set_xlabel("hours")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

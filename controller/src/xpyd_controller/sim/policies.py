@@ -1,0 +1,52 @@
+"""Policies by name for simulated runs: the live registry's plug-ins plus the hindsight oracles."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from xpyd_controller.policy.context import PolicyContext
+from xpyd_controller.policy.registry import POLICIES, make_policy
+from xpyd_controller.policy.types import Policy
+from xpyd_controller.sim.config import SimConfig
+from xpyd_controller.sim.oracles import ORACLES, make_oracle
+from xpyd_controller.sim.traces import Trace
+
+# Policies that expect the driver to convert instances in place when one pool shrinks while the other
+# grows; the others (HPA/KEDA-style per-pool scalers, Dynamo's planner) scale each pool on its own
+# and pay a cold start for every new instance.
+CONVERTING_POLICIES = frozenset({"xpyd", "oracle-window"})
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every policy a simulation can run: registered plug-ins, then the oracles."""
+    return (*sorted(POLICIES), *ORACLES)
+
+
+def policy_context(config: SimConfig) -> PolicyContext:
+    """What a policy factory is told about the simulated deployment."""
+    hw, slo = config.hardware, config.slo
+    per_token = slo.tpot_s if slo.tpot_s is not None else slo.max_token_gap_s
+    return PolicyContext(
+        model=hw.model,
+        gpu=hw.gpu,
+        link=hw.link,
+        ttft_slo_s=slo.ttft_s,
+        tpot_slo_s=per_token if per_token is not None else 0.1,
+        prefill_gpus_per_instance=hw.gpus_per_instance,
+        decode_gpus_per_instance=hw.gpus_per_instance,
+        scrape_interval_s=config.control.scrape_interval_s,
+        initial_prefill=config.fleet.prefill,
+        initial_decode=config.fleet.decode,
+        step_overhead_s=hw.step_overhead_s,
+    )
+
+
+def build_policy(name: str, config: SimConfig, trace: Trace) -> tuple[Policy, SimConfig]:
+    """A fresh policy, and the config with role conversion on only where the policy expects it."""
+    policy: Policy = (
+        make_oracle(name, trace, config) if name in ORACLES else make_policy(name, policy_context(config))
+    )
+    control = dataclasses.replace(
+        config.control, role_conversion=config.control.role_conversion and name in CONVERTING_POLICIES
+    )
+    return policy, dataclasses.replace(config, control=control)
