@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         config = scenario.config
         policy: Policy | None = None
         if scenario.policy is not None and config.fleet.mode == "disagg":
-            policy, config = build_policy(scenario.policy, config, trace)
+            policy = build_policy(scenario.policy, config, trace)
     except (SimConfigError, SpecError, TraceError, PolicyConfigError) as error:
         err.print(f"xpyd simulate: {error}", markup=False, highlight=False)
         return 2

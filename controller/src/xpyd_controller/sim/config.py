@@ -159,7 +159,8 @@ class Control:
     scrape_interval_s: float = 15.0
     window_s: float = 60.0
     lag_s: float = 15.0
-    role_conversion: bool = False  # convert in place when one pool shrinks while the other grows
+    # The deployment can convert in place (compatible role templates); each Decision says if it may.
+    role_conversion: bool = False
 
     def __post_init__(self) -> None:
         _finite_at_least("scrape_interval_s", self.scrape_interval_s, 1e-3)

@@ -677,7 +677,7 @@ class _Simulation:
                 continue
             low, high = bounds[role]
             delta[role] = min(high, max(low, want)) - have
-        if self.cfg.control.role_conversion:
+        if self.cfg.control.role_conversion and decision.allow_conversion:
             for src, dst in ((DECODE, PREFILL), (PREFILL, DECODE)):
                 moves = min(delta[dst], -delta[src])
                 for _ in range(max(0, moves)):

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.registry import POLICIES, make_policy
 from xpyd_controller.policy.types import Policy
 from xpyd_controller.sim.config import SimConfig
 from xpyd_controller.sim.oracles import ORACLES, make_oracle
 from xpyd_controller.sim.traces import Trace
-
-# Policies that expect the driver to convert instances in place when one pool shrinks while the other
-# grows; the others (HPA/KEDA-style per-pool scalers, Dynamo's planner) scale each pool on its own
-# and pay a cold start for every new instance.
-CONVERTING_POLICIES = frozenset({"xpyd", "oracle-window"})
 
 
 def policy_names() -> tuple[str, ...]:
@@ -41,12 +34,8 @@ def policy_context(config: SimConfig) -> PolicyContext:
     )
 
 
-def build_policy(name: str, config: SimConfig, trace: Trace) -> tuple[Policy, SimConfig]:
-    """A fresh policy, and the config with role conversion on only where the policy expects it."""
-    policy: Policy = (
-        make_oracle(name, trace, config) if name in ORACLES else make_policy(name, policy_context(config))
-    )
-    control = dataclasses.replace(
-        config.control, role_conversion=config.control.role_conversion and name in CONVERTING_POLICIES
-    )
-    return policy, dataclasses.replace(config, control=control)
+def build_policy(name: str, config: SimConfig, trace: Trace) -> Policy:
+    """A fresh policy by name (whether it may convert roles, each decision says)."""
+    if name in ORACLES:
+        return make_oracle(name, trace, config)
+    return make_policy(name, policy_context(config))
