@@ -1,0 +1,138 @@
+"""Test and benchmark helpers (like `kopf.testing`): the operator as a real subprocess, and engine stubs.
+
+Pods on fake (kwok) nodes run nothing, so `EngineStub` plays their engines on 127.0.0.1: one HTTP server,
+one path prefix per pod (`/<pod>/metrics`, `/<pod>/pd_role_switch`, `/<pod>/server_info`). Tests point
+the operator at it through the pods' `xpyd.dev/engine-url` annotation; nothing talks to pod IPs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+
+class EngineStub:
+    """Simulated engine endpoints for many pods; in-flight counts and roles are set by the test."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, int] = {}
+        self.roles: dict[str, str] = {}
+        self.switch_calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                pod, _, endpoint = self.path.strip("/").partition("/")
+                with stub._lock:
+                    if endpoint == "metrics":
+                        n = stub.in_flight.get(pod, 0)
+                        text = f"vllm:num_requests_running {n}\nvllm:num_requests_waiting 0\n"
+                        self._reply(200, text.encode())
+                    elif endpoint == "server_info":
+                        self._reply(200, json.dumps({"disaggregation_mode": stub.roles.get(pod)}).encode())
+                    else:
+                        self._reply(404, b"not found")
+
+            def do_POST(self) -> None:
+                pod, _, _endpoint = self.path.strip("/").partition("/")
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                with stub._lock:
+                    stub.roles[pod] = str(body.get("new_role"))
+                    stub.switch_calls.append((pod, str(body.get("new_role"))))
+                self._reply(200, b"{}")
+
+            def _reply(self, code: int, payload: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def url(self, pod: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{pod}"
+
+    def set_in_flight(self, pod: str, count: int) -> None:
+        with self._lock:
+            self.in_flight[pod] = count
+
+    def __enter__(self) -> EngineStub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class OperatorProcess:
+    """`kopf run -m xpyd_operator.handlers --standalone` against a cluster; killed on exit, always."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_path: Path,
+        namespaces: Sequence[str] = (),
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        scope = [arg for ns in namespaces for arg in ("--namespace", ns)] or ["--all-namespaces"]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "kopf",
+            "run",
+            "--standalone",
+            "-m",
+            "xpyd_operator.handlers",
+            *scope,
+        ]
+        self.env = {**env, "XPYD_PROBE_POD_IP": "false", **(settings or {})}
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def kill(self, sig: int = signal.SIGKILL, grace: float = 10.0) -> None:
+        """Stop the operator (SIGKILL by default: a crash, not a clean shutdown) and wait for it."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, sig)
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> OperatorProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.kill(signal.SIGTERM)
+        if kind is not None:
+            print(f"--- operator log ({self.log_path}) ---\n{self.log_tail()}", file=sys.stderr)

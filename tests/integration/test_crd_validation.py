@@ -1,0 +1,169 @@
+"""The PDDeployment CRD on a real API server: installs, defaults, and rejects bad objects by field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e.harness.cluster import LocalCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / "pddeployments.xpyd.dev.yaml"
+SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
+
+
+@pytest.fixture(scope="session")
+def pdd_crd(kube_cluster: LocalCluster) -> str:
+    """Installs the CRD once per session and waits until the API server serves it."""
+    kube_cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/pddeployments.xpyd.dev")
+    return "pddeployments.xpyd.dev"
+
+
+def manifest(name: str = "v", **spec: Any) -> dict[str, Any]:
+    """A valid PDDeployment, with spec sections merged over the minimal one."""
+    base: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"image": "vllm:1"},
+        "router": {"image": "router:1"},
+    }
+    for key, value in spec.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    return {
+        "apiVersion": "xpyd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+def server_create(cluster: LocalCluster, namespace: str, body: dict[str, Any], dry_run: bool = True) -> Any:
+    args = ["create", "-n", namespace, "-f", "-", "-o", "json"]
+    return cluster.kubectl(
+        *args, *(["--dry-run=server"] if dry_run else []), check=False, input=json.dumps(body)
+    )
+
+
+def test_crd_is_established_with_short_name_and_columns(kube_cluster: LocalCluster, pdd_crd: str) -> None:
+    resources = kube_cluster.kubectl("api-resources", "--api-group=xpyd.dev", "-o", "wide").stdout
+    assert "pdd" in resources and "PDDeployment" in resources
+    crd = json.loads(kube_cluster.kubectl("get", "crd", pdd_crd, "-o", "json").stdout)
+    columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns == ["Prefill", "Decode", "Mode", "Converting", "Age"]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_samples_are_accepted(kube_cluster: LocalCluster, namespace: str, sample: Path) -> None:
+    result = server_create(kube_cluster, namespace, yaml.safe_load(sample.read_text()))
+    assert result.returncode == 0, result.stderr
+
+
+def test_api_server_applies_defaults(kube_cluster: LocalCluster, namespace: str) -> None:
+    result = server_create(kube_cluster, namespace, manifest())
+    assert result.returncode == 0, result.stderr
+    spec = json.loads(result.stdout)["spec"]
+    assert spec["prefill"]["replicas"] == 1 and spec["decode"]["maxReplicas"] == 64
+    assert spec["engine"]["type"] == "vllm" and spec["engine"]["port"] == 8000
+    assert spec["conversion"] == {
+        "enabled": True,
+        "drainTimeoutSeconds": 60,
+        "switchMethod": "Auto",
+        "switchPath": "/pd_role_switch",
+    }
+    assert spec["autoscaling"]["mode"] == "Off" and spec["slo"]["ttftSeconds"] == 0.6
+    assert spec["rollout"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "replicas above max",
+        manifest(prefill={"replicas": 5, "maxReplicas": 4}),
+        'spec.prefill.replicas: Invalid value: "object": replicas must be less than or equal to maxReplicas',
+    ),
+    (
+        "replicas below min",
+        manifest(decode={"replicas": 1, "minReplicas": 2}),
+        'spec.decode.replicas: Invalid value: "object": replicas must be greater than or equal to minReplicas',
+    ),
+    ("ttft not positive", manifest(slo={"ttftSeconds": 0}), "spec.slo.ttftSeconds must be greater than 0"),
+    ("tpot negative", manifest(slo={"tpotSeconds": -0.1}), "spec.slo.tpotSeconds must be greater than 0"),
+    ("attainment above 1", manifest(slo={"attainment": 1.5}), "spec.slo.attainment must be in (0, 1]"),
+    (
+        "conversion between incompatible roles",
+        manifest(prefill={"gpusPerInstance": 2}),
+        "spec.conversion.enabled requires scheduling-compatible roles",
+    ),
+    (
+        "routing switch on sglang",
+        manifest(engine={"image": "s:1", "type": "sglang"}, conversion={"switchMethod": "Routing"}),
+        "spec.conversion.switchMethod Routing needs instances that serve both roles",
+    ),
+    ("router without image", manifest(router={"type": "sglang-router"}), "spec.router.image is required"),
+    (
+        "rollout that can never progress",
+        manifest(rollout={"maxSurge": 0, "maxUnavailable": 0}),
+        "spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0",
+    ),
+    (
+        "autoscaling without prometheus",
+        manifest(autoscaling={"mode": "Auto"}),
+        "spec.autoscaling.prometheus is required when spec.autoscaling.mode is Advisory or Auto",
+    ),
+    (
+        "unknown engine",
+        manifest(engine={"image": "x", "type": "tgi"}),
+        'spec.engine.type: Unsupported value: "tgi": supported values: "vllm", "sglang", "custom"',
+    ),
+    ("missing model", {**manifest(), "spec": {"engine": {"image": "x"}}}, "spec.model: Required value"),
+    (
+        "zero GPUs per instance",
+        manifest(prefill={"gpusPerInstance": 0}, decode={"gpusPerInstance": 0}),
+        "spec.prefill.gpusPerInstance: Invalid value: 0: spec.prefill.gpusPerInstance in body should be "
+        "greater than or equal to 1",
+    ),
+    (
+        "custom engine without command",
+        manifest(engine={"image": "x", "type": "custom"}),
+        "spec.engine.command is required when spec.engine.type is custom",
+    ),
+    (
+        "MLA dimension alone",
+        manifest(model={"name": "m", "kvLatentDim": 512}),
+        "spec.model.kvLatentDim and spec.model.ropeDim must be set together",
+    ),
+    (
+        "prometheus URL without scheme",
+        manifest(autoscaling={"mode": "Advisory", "prometheus": {"url": "prom:9090"}}),
+        "spec.autoscaling.prometheus.url in body should match '^https?://'",
+    ),
+    (
+        "name too long for pod names",
+        manifest(name="x" * 51),
+        "metadata.name must be at most 50 characters",
+    ),
+]
+
+
+@pytest.mark.parametrize(("title", "body", "message"), INVALID, ids=[case[0] for case in INVALID])
+def test_invalid_manifest_is_rejected_naming_the_field(
+    kube_cluster: LocalCluster, namespace: str, title: str, body: dict[str, Any], message: str
+) -> None:
+    result = server_create(kube_cluster, namespace, body)
+    assert result.returncode != 0, f"{title}: accepted"
+    assert message in result.stderr, result.stderr
+
+
+def test_engine_type_is_immutable(kube_cluster: LocalCluster, namespace: str) -> None:
+    created = server_create(kube_cluster, namespace, manifest(name="immutable"), dry_run=False)
+    assert created.returncode == 0, created.stderr
+    changed = copy.deepcopy(manifest(name="immutable", engine={"image": "x", "type": "sglang"}))
+    changed["spec"]["conversion"] = {"switchMethod": "HTTP"}
+    result = kube_cluster.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=json.dumps(changed))
+    assert result.returncode != 0
+    assert "spec.engine.type is immutable" in result.stderr, result.stderr
