@@ -68,9 +68,8 @@ def get_json(cluster: LocalCluster, *args: str) -> Any:
 
 
 def instance_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    pods: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", f"xpyd.dev/pdd={name}")[
-        "items"
-    ]
+    selector = f"xpyd.dev/pdd={name},xpyd.dev/component=instance"
+    pods: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
     return pods
 
 
