@@ -1,0 +1,129 @@
+"""`xpyd simulate` per DESIGN.md's contract: flags, JSON keys, scenario files and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from xpyd_controller.cli import main
+from xpyd_controller.sim.config import SimConfigError
+from xpyd_controller.sim.scenarios import builtin_scenarios, load_scenario, scenario_from_mapping
+
+CONTRACT_KEYS = {
+    "goodput",
+    "ttft_p50",
+    "ttft_p99",
+    "tbt_p99",
+    "tokens_per_gpu_second",
+    "requests",
+    "gpu_hours",
+}
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["simulate", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_seed_scenario_json_reproduces_the_article_row(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "--scenario", "seed-8gpu", "--mode", "disagg", "--split", "6:2", "--rate", "28")
+    assert out.keys() >= CONTRACT_KEYS
+    assert out["requests"] == 6000
+    assert out["goodput"] == pytest.approx(0.972, abs=0.015)
+    assert out["ttft_p50"] == pytest.approx(0.2516, rel=0.05)
+    assert out["tbt_p99"] == pytest.approx(0.0098, rel=0.05)
+
+
+def test_colocated_split_takes_a_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "--split", "8G", "--rate", "8")
+    assert out["mode"] == "colocated"
+    assert out["split"] == "0:8"
+    assert out["goodput"] == pytest.approx(0.997, abs=0.015)
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--mode", "disagg", "--split", "6-2"], "--split"),
+        (["--mode", "disagg", "--split", "0:0"], "fleet"),
+        (["--scenario", "no-such-scenario"], "scenario"),
+        (["--mode", "disagg", "--policy", "no-such-policy"], "policy"),
+        (["--mode", "colocated", "--policy", "xpyd"], "--policy"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_field(
+    capsys: pytest.CaptureFixture[str], argv: list[str], names: str
+) -> None:
+    assert main(["simulate", *argv]) == 2
+    assert names in capsys.readouterr().err
+
+
+def test_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    png = tmp_path / "run.png"
+    assert main(["simulate", "--rate", "4", "--plot", str(png)]) == 0
+    assert "goodput" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_policy_in_the_loop_from_a_yaml_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "small.yaml"
+    path.write_text(
+        """
+name: small-step
+hardware: {model: llama-3.1-8b, gpu: h100-sxm, link: ib-400g, step_overhead_s: 0.005}
+fleet: {mode: disagg, prefill: 1, decode: 1}
+realism: {cold_start_s: 30, conversion_s: 5, kv_capacity: true}
+slo: {ttft_s: 1.0, tpot_s: 0.05, max_token_gap_s: null}
+control: {scrape_interval_s: 15, role_conversion: true}
+traffic: {kind: step, rate: 2, after: 20, at_s: 300, duration_s: 600,
+          lengths: {kind: uniform, prompt: [2000, 6000], output: [20, 200]}}
+""",
+        encoding="utf-8",
+    )
+    out = run_json(capsys, "--scenario", str(path), "--policy", "oracle-window")
+    assert out["scenario"] == "small-step"
+    assert out["policy"] == "oracle-window"
+    assert "recovery_seconds" in out
+    assert out["scale_ups"] > 0  # the step needs more prefill than 1:1
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"fleet": {"mode": "split", "prefill": 1, "decode": 1}}, "mode"),
+        ({"fleet": {"mode": "disagg", "prefill": 1, "decode": 1, "gpus": 2}}, "fleet.gpus"),
+        ({"hardware": {"model": "gpt-9", "gpu": "h100-sxm", "link": "ib-400g"}}, "hardware.model"),
+        ({"realism": {"kv_memory_fraction": 1.5}}, "kv_memory_fraction"),
+        ({"traffic": {"kind": "step", "rate": 2}}, "traffic.after"),
+        ({"traffic": {"kind": "lottery"}}, "traffic.kind"),
+        ({"slo": {"ttft_s": -1}}, "ttft_s"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_scenario_validation_names_the_field(patch: dict[str, object], field: str) -> None:
+    data: dict[str, object] = {
+        "hardware": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "link": "ib-400g"},
+        "fleet": {"mode": "disagg", "prefill": 1, "decode": 1},
+        "traffic": {"kind": "poisson", "rate": 1, "count": 10},
+    }
+    data.update(patch)
+    with pytest.raises(SimConfigError) as caught:
+        scenario_from_mapping(data)
+    assert caught.value.field == field
+
+
+def test_builtins_include_the_seed_and_a_drift_day() -> None:
+    names = builtin_scenarios()
+    assert {"seed-8gpu", "drift-day", "step-10-20", "diurnal-day"} <= names.keys()
+    drift = load_scenario("drift-day").traffic.build(seed=1, rate=2.0)
+    first, last = drift.arrival_s < 3 * 3600, (drift.arrival_s > 10 * 3600) & (drift.arrival_s < 12 * 3600)
+
+    # The mix drifts: RAG-like (long prompts, short answers) around 11:00, chat-like at night.
+    def ratio(mask: np.ndarray) -> float:
+        return float(drift.prompt_tokens[mask].mean() / drift.output_tokens[mask].mean())
+
+    assert ratio(last) > 3 * ratio(first)
