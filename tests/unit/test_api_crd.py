@@ -92,3 +92,10 @@ def test_four_samples_cover_minimal_vllm_sglang_and_autoscaling() -> None:
         PDDeploymentSpec.model_validate(yaml.safe_load(p.read_text())["spec"]).engine.type for p in SAMPLES
     }
     assert {"vllm", "sglang"} <= {str(e) for e in engines}
+
+
+def test_docs_reference_lists_every_field() -> None:
+    docs = (ROOT / "docs" / "operator.md").read_text()
+    missing = [path for path, _ in SPEC_FIELDS + STATUS_FIELDS if path not in ("spec", "status")]
+    missing = [path for path in missing if f"`{path}`" not in docs]
+    assert not missing, f"docs/operator.md lacks: {missing}"
