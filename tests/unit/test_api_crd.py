@@ -96,6 +96,9 @@ def test_four_samples_cover_minimal_vllm_sglang_and_autoscaling() -> None:
 
 def test_docs_reference_lists_every_field() -> None:
     docs = (ROOT / "docs" / "operator.md").read_text()
-    missing = [path for path, _ in SPEC_FIELDS + STATUS_FIELDS if path not in ("spec", "status")]
+    # list items are described by their list's row; the roots by the section headings
+    missing = [
+        p for p, _ in SPEC_FIELDS + STATUS_FIELDS if p not in ("spec", "status") and not p.endswith("[]")
+    ]
     missing = [path for path in missing if f"`{path}`" not in docs]
     assert not missing, f"docs/operator.md lacks: {missing}"
