@@ -102,18 +102,12 @@ def pods_ready(cluster: LocalCluster, namespace: str, count: int) -> bool:
     return len(ready) == count
 
 
-def peak_rss_mb(pid: int) -> float:
+def memory_mb(pid: int, field: str) -> float:
+    """A memory figure of a process from /proc (VmRSS: now, VmHWM: peak since start), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for pid {pid}")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def converge_run(cluster: LocalCluster, run: int, pdds: int, operator: OperatorProcess) -> dict[str, float]:
@@ -133,7 +127,7 @@ def converge_run(cluster: LocalCluster, run: int, pdds: int, operator: OperatorP
     timed_until(lambda: all_ready(cluster, op_ns, pdds), 1800, interval=1.0)
     converged = time.monotonic() - start
     assert operator.process is not None
-    peak = peak_rss_mb(operator.process.pid)
+    peak = memory_mb(operator.process.pid, "VmHWM")
     cluster.kubectl("delete", "namespace", op_ns, "--wait=true", timeout=900)
     return {"baseline_s": baseline, "operator_s": converged, "peak_rss_mb": peak}
 
@@ -197,7 +191,7 @@ def main() -> int:
         with OperatorProcess(cluster.env(), log, settings={"XPYD_ACTIVE_POLL_SECONDS": "0.2"}) as operator:
             time.sleep(5)
             assert operator.process is not None
-            idle_rss = rss_mb(operator.process.pid)
+            idle_rss = memory_mb(operator.process.pid, "VmRSS")
             runs = [converge_run(cluster, i, args.pdds, operator) for i in range(args.runs)]
             for i, r in enumerate(runs):
                 print(f"run {i + 1}: {json.dumps({k: round(v, 2) for k, v in r.items()})}", flush=True)
