@@ -35,7 +35,7 @@ _IDLE, _RUN, _CHUNK, _CYCLE = 0, 1, 2, 3
 _OP_END, _ADMIT, _XFER_START, _LINK_DONE, _TICK, _READY, _PREFILL_IDLE = range(7)
 # Context bucket (tokens) for step times that read the batch's resident KV.
 _CONTEXT_BUCKET = 256
-_LOG_COMPACT_AT = 4096
+_HISTOGRAM_FOLD_AT = 100_000  # distinct exact gap values kept before folding into log bins
 
 ProgressFn = Callable[[float, int, int], None]
 
@@ -53,13 +53,15 @@ class _Instance:
         "done_times",
         "free_at",
         "fresh",
-        "gap_base",
-        "gap_log",
+        "gap_count",
+        "gap_max_at",
+        "gap_max_value",
         "kv_used",
         "last_step_end",
         "members",
         "op",
         "op_end",
+        "op_first",
         "op_n",
         "op_start",
         "op_step",
@@ -94,12 +96,15 @@ class _Instance:
         self.kv_used = 0
         self.ctx_sum = 0.0
         self.op = _IDLE
-        self.op_start = self.op_step = self.op_end = 0.0
+        self.op_start = self.op_first = self.op_step = self.op_end = 0.0
         self.op_n = 0
         self.alt = False
         self.last_step_end = 0.0
-        self.gap_log: list[float] = []
-        self.gap_base = 0
+        # Token gaps as a monotonic stack (entry index, value), values decreasing: the largest gap
+        # since entry i is the first value whose index is >= i (a member's max gap in O(log n)).
+        self.gap_count = 0
+        self.gap_max_at: list[int] = []
+        self.gap_max_value: list[float] = []
 
     def prefill_load(self, t: float) -> int:
         """The seed's prefill load: jobs assigned and not finished, plus one if one is running."""
@@ -195,7 +200,8 @@ class _Simulation:
         self.max_gap = [0.0] * n
         self.gap_start: dict[int, int] = {}
         self.prefill_done = [math.nan] * n
-        self.gap_hist: dict[int, int] = {}
+        self.gap_hist: dict[float, int] = {}  # exact token gap (s) -> count
+        self.gap_bins: dict[int, int] = {}  # folded: log bin -> count
         self.done_count = 0
         # Windowed signals for the policy: (event time, value) in time order.
         self.ttft_times: list[float] = []
@@ -355,8 +361,9 @@ class _Simulation:
         best.kv_used += self.kv_need[rid]
         if best.op == _IDLE:
             self._pump(best, t)
-        elif best.op == _RUN:
+        elif best.op == _RUN and best.op_n > 1:
             self._truncate(best, t)
+            self._reschedule(best)
         return True
 
     def _admit(self, rid: int, t: float) -> None:
@@ -373,12 +380,17 @@ class _Simulation:
                 best, best_load = inst, load
         if best is None:
             return False
-        if best.op != _IDLE:
-            self._truncate(best, t)
+        op = best.op
         best.kv_used += self.kv_need[rid]
-        self._add_member(best, rid)
-        if best.op == _IDLE:
+        if op == _IDLE:
+            self._add_member(best, rid)
             self._pump(best, t)
+        elif op == _CYCLE or (op == _CHUNK and best.op_n == 1):
+            self._add_member(best, rid)  # joins the step at the end of the cycle, or the next one
+        else:
+            self._truncate(best, t)
+            self._add_member(best, rid)
+            self._reschedule(best)
         return True
 
     def _admit_waiting(self, t: float) -> None:
@@ -417,7 +429,7 @@ class _Simulation:
             n = 1 if queue else inst.departures[0][0] - inst.steps
             inst.alt = True
             inst.op = _RUN
-            inst.op_start, inst.op_step, inst.op_n = t, step, n
+            inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, step, step, n
             inst.op_end = t + n * step
         elif members:
             head = queue[0]
@@ -427,67 +439,96 @@ class _Simulation:
             else:
                 step = self._step_time(len(members), inst.ctx_sum)
             inst.op = _CYCLE
-            inst.op_start, inst.op_step, inst.op_n = t + chunk, step, 1
+            inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, chunk + step, step, 1
             inst.op_end = t + chunk + step
         elif queue:
             chunk = self.chunk_s[queue[0]]
             n = self.chunks - inst.chunks_done
             inst.alt = False
             inst.op = _CHUNK
-            inst.op_start, inst.op_step, inst.op_n = t, chunk, n
+            inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, chunk, chunk, n
             inst.op_end = t + n * chunk
         else:
             inst.op = _IDLE
             return
         inst.version += 1
-        self._push(inst.op_end, _OP_END, inst, inst.version)
+        self.seq += 1
+        heapq.heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
 
     def _truncate(self, inst: _Instance, t: float) -> None:
-        """The batch changed mid-operation: settle the steps (or chunks) already done; the one in
-        flight ends the operation. A cycle is never cut: a newcomer joins its step."""
-        if inst.op_n <= 1 or inst.op == _CYCLE:
-            return
-        step, start = inst.op_step, inst.op_start
-        done = min(int((t - start) / step), inst.op_n - 1)
-        if done > 0:
+        """The batch or queue changes at t: settle the steps (or chunks) done; the one in flight becomes
+        the operation. The caller changes the instance, then calls `_reschedule`."""
+        first, step, start = inst.op_first, inst.op_step, inst.op_start
+        if t >= start + first:
+            done = 1 + min(int((t - start - first) / step), inst.op_n - 2)
             if inst.op == _RUN:
-                self._complete_steps(inst, done, start, step)
+                self._complete_steps(inst, done, start, first, step)
             else:
                 inst.chunks_done += done
-        inst.op_start = start = start + done * step
+            inst.op_start = start + first + (done - 1) * step
+            inst.op_first = step
         inst.op_n = 1
-        inst.op_end = start + step
-        inst.version += 1
-        self._push(inst.op_end, _OP_END, inst, inst.version)
 
-    def _complete_steps(self, inst: _Instance, k: int, start: float, step: float) -> None:
-        """Account for k identical steps from `start`: first tokens, token gaps, step count."""
-        first_end = start + step
+    def _reschedule(self, inst: _Instance) -> None:
+        """After `_truncate`: extend a step in flight into the run that follows it (when no prefill
+        waits), so a newcomer costs no extra event; then schedule the operation's end."""
+        if inst.op == _RUN and not inst.queue:
+            n = inst.departures[0][0] - inst.steps
+            if n > 1:
+                inst.op_step = self._step_time(len(inst.members), inst.ctx_sum)
+            inst.op_n = n
+        inst.op_end = inst.op_start + inst.op_first + (inst.op_n - 1) * inst.op_step
+        inst.version += 1
+        self.seq += 1
+        heapq.heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
+
+    def _complete_steps(self, inst: _Instance, k: int, start: float, first: float, step: float) -> None:
+        """Account for k steps from `start` (the first lasting `first`, the rest `step`): first tokens,
+        token gaps, step count."""
+        first_end = start + first
         members = inst.members
         fresh = inst.fresh
         hist = self.gap_hist
-        log = inst.gap_log
         settled = len(members) - len(fresh)
         if settled:
             gap = first_end - inst.last_step_end
-            log.append(gap)
-            key = gap_bin(gap)
-            hist[key] = hist.get(key, 0) + settled
+            hist[gap] = hist.get(gap, 0) + settled
+            self._log_gap(inst, gap)
         if fresh:
-            start_index = inst.gap_base + len(log)
+            start_index = inst.gap_count
             arrival = self.arrival
+            gap_start = self.gap_start
+            ttft_values = self.ttft_values
             for rid in fresh:
                 self.first_token[rid] = first_end
-                self.gap_start[rid] = start_index
-                self.ttft_values.append(first_end - arrival[rid])
-                self.ttft_times.append(first_end)
+                gap_start[rid] = start_index
+                ttft_values.append(first_end - arrival[rid])
+            self.ttft_times.extend([first_end] * len(fresh))
             fresh.clear()
         if k > 1:
-            log.append(step)
-            key = gap_bin(step)
-            hist[key] = hist.get(key, 0) + (k - 1) * len(members)
+            hist[step] = hist.get(step, 0) + (k - 1) * len(members)
+            self._log_gap(inst, step)
         inst.steps += k
-        inst.last_step_end = start + k * step
+        inst.last_step_end = first_end + (k - 1) * step
+        if len(hist) > _HISTOGRAM_FOLD_AT:
+            self._fold_histogram()
+
+    @staticmethod
+    def _log_gap(inst: _Instance, gap: float) -> None:
+        at, values = inst.gap_max_at, inst.gap_max_value
+        while values and values[-1] <= gap:
+            values.pop()
+            at.pop()
+        at.append(inst.gap_count)
+        values.append(gap)
+        inst.gap_count += 1
+
+    def _fold_histogram(self) -> None:
+        """Move exact gap values into log bins (bounded memory on long co-located runs)."""
+        for gap, count in self.gap_hist.items():
+            key = gap_bin(gap)
+            self.gap_bins[key] = self.gap_bins.get(key, 0) + count
+        self.gap_hist.clear()
 
     def _op_end(self, inst: _Instance, t: float) -> None:
         op = inst.op
@@ -500,7 +541,7 @@ class _Simulation:
             if op == _CHUNK:
                 self._pump(inst, t)
                 return
-        self._complete_steps(inst, inst.op_n, inst.op_start, inst.op_step)
+        self._complete_steps(inst, inst.op_n, inst.op_start, inst.op_first, inst.op_step)
         departures = inst.departures
         steps = inst.steps
         departed = False
@@ -516,21 +557,20 @@ class _Simulation:
     def _depart(self, inst: _Instance, rid: int, t: float) -> None:
         inst.kv_used -= inst.members.pop(rid)
         inst.ctx_sum -= self.ctx[rid]
-        log = inst.gap_log
-        offset = self.gap_start.pop(rid) - inst.gap_base
-        if offset < len(log):
-            self.max_gap[rid] = max(log[offset:])
+        at = inst.gap_max_at
+        index = bisect_left(at, self.gap_start.pop(rid))
+        if index < len(at):
+            self.max_gap[rid] = inst.gap_max_value[index]
         self.finish[rid] = t
         out = self.output[rid]
         if out > 1:
             self.tpot_values.append((t - self.first_token[rid]) / (out - 1))
             self.tpot_times.append(t)
         self.done_count += 1
-        if len(log) > _LOG_COMPACT_AT:
-            keep = min((self.gap_start[r] for r in inst.members if r in self.gap_start), default=None)
-            cut = len(log) if keep is None else keep - inst.gap_base
-            del log[:cut]
-            inst.gap_base += cut
+
+    def _folded_histogram(self) -> dict[int, int]:
+        self._fold_histogram()
+        return self.gap_bins
 
     # ---- shared link ------------------------------------------------------------------------------
 
@@ -794,7 +834,7 @@ class _Simulation:
             first_token_s=np.asarray(self.first_token),
             finish_s=np.asarray(self.finish),
             max_gap_s=np.asarray(self.max_gap),
-            gap_histogram=self.gap_hist,
+            gap_histogram=self._folded_histogram(),
             end_s=end,
             gpu_seconds=gpu_seconds,
             samples=tuple(self.samples),
