@@ -194,3 +194,15 @@ def test_simulate_summarises_goodput_against_the_slo() -> None:
     assert 0.0 < result.goodput <= 1.0
     assert result.requests == 500
     assert result.gpu_hours == pytest.approx(8 * result.duration_s / 3600)
+
+
+def test_shrink_while_the_other_pool_is_starting_converts_instead() -> None:
+    cfg = dataclasses.replace(
+        config(prefill=2, decode=3, cold_start_s=300.0, conversion_s=5.0),
+        control=Control(role_conversion=True),
+    )
+    raw = run_events(cfg, steady(), Scripted([(100.0, 3, 3), (130.0, 3, 2)]))
+    assert (raw.scale_ups, raw.conversions) == (1, 1)
+    ready = next(s for s in raw.samples if s.prefill_ready == 3)
+    assert ready.time_s < 100.0 + 300.0  # the converted instance, not the cold start, arrived
+    assert ready.decode_ready == 2

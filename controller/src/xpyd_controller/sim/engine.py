@@ -66,6 +66,7 @@ class _Instance:
         "op_start",
         "op_step",
         "queue",
+        "ready_at",
         "role",
         "state",
         "steps",
@@ -78,6 +79,7 @@ class _Instance:
         self.uid = uid
         self.state = state
         self.created_s = created_s
+        self.ready_at = created_s
         self.target_role = role
         self.version = 0
         self.reset(role)
@@ -725,6 +727,10 @@ class _Simulation:
                         break
                     delta[dst] -= 1
                     delta[src] += 1
+                # The other pool is still growing (cold starts under way): a surplus instance here
+                # converts sooner than a new one starts, so convert it and cancel that start.
+                while delta[src] < 0 and self._replace_start(src, dst, t):
+                    delta[src] += 1
         for role, change in delta.items():
             for _ in range(change):
                 self._grow(role, t)
@@ -755,6 +761,16 @@ class _Simulation:
         elif inst.role == PREFILL:
             self._push(inst.free_at, _PREFILL_IDLE, inst, inst.version)
 
+    def _replace_start(self, src: str, dst: str, t: float) -> bool:
+        """Convert a surplus `src` instance for a `dst` instance whose cold start would end later."""
+        conversion = self.cfg.realism.conversion_s
+        starting = [i for i in self.instances if i.state == STARTING and i.role == dst]
+        late = [i for i in starting if i.ready_at - t > conversion]
+        if not late or not self._convert_one(src, dst, t):
+            return False
+        self._retire(max(late, key=lambda i: i.ready_at), t)
+        return True
+
     def _grow(self, role: str, t: float) -> None:
         for inst in self.instances:  # un-drain before paying a cold start
             if inst.state == DRAINING and inst.role == role:
@@ -764,7 +780,8 @@ class _Simulation:
                 return
         inst = self._new_instance(role, STARTING, t)
         self.scale_ups += 1
-        self._push(t + self.cfg.realism.cold_start_s, _READY, inst, inst.version)
+        inst.ready_at = t + self.cfg.realism.cold_start_s
+        self._push(inst.ready_at, _READY, inst, inst.version)
 
     def _shrink(self, role: str, t: float) -> bool:
         starting = [i for i in self.instances if i.state == STARTING and i.role == role]

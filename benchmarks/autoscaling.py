@@ -1,0 +1,240 @@
+"""Autoscaling policies side by side on the same traces: goodput, GPU-hours, scaling activity.
+
+Scenarios: (a) the seed setup (8B fp16 on H100-class GPUs, 8-GPU budget, 6000 arrivals at 28 req/s,
+starting 4P:4D), (b) a mix-drift day built from the Azure 2023 conversation and code length
+distributions (read from $XPYD_TRACE_DIR, default /work/shared/traces; never committed), (c) a step
+from 10 to 20 req/s, (d) a diurnal day. Every registered policy plus the two hindsight oracles, on
+the same seeds; mean and 95 % confidence interval (Student t) over seeds.
+
+    .venv/bin/python benchmarks/autoscaling.py [--seeds 5] [--hours 24] [--write]
+
+`--hours` shortens the two days (the curves keep their 24 h shape, compressed) when time is short.
+`--write` replaces the "Autoscaling policies" section of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from xpyd_controller.policy.types import Limits
+from xpyd_controller.sim.config import Control, Fleet, SimConfig
+from xpyd_controller.sim.policies import build_policy, policy_names
+from xpyd_controller.sim.results import SimResult, recovery_time_s
+from xpyd_controller.sim.runner import simulate
+from xpyd_controller.sim.scenarios import Scenario, Traffic, load_scenario
+from xpyd_controller.sim.seed import SEED_GPUS, SEED_HARDWARE, SEED_SLO
+from xpyd_controller.sim.stats import mean_confidence_interval
+from xpyd_controller.sim.traces import Trace
+
+EXPECTED_POLICIES = ("static", "threshold", "dynamo", "xpyd", "oracle-static", "oracle-window")
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
+SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
+METRICS = (
+    ("goodput", "goodput", "{:.2%}"),
+    ("gpu_hours", "GPU-h", "{:.1f}"),
+    ("good_requests_per_gpu_hour", "good req/GPU-h", "{:,.0f}"),
+    ("ttft_p99", "TTFT p99 s", "{:.2f}"),
+    ("tpot_p99", "TPOT p99 ms", "{:.1f}"),
+    ("scale_ups", "scale-ups", "{:.1f}"),
+    ("conversions", "conversions", "{:.1f}"),
+    ("oscillations", "oscillations", "{:.1f}"),
+)
+
+
+def seed_setup() -> Scenario:
+    """The article's hardware and traffic at λ = 28, as a disaggregated fleet a policy may resize."""
+    return Scenario(
+        name="seed-setup",
+        description="seed article, 28 req/s, 6000 arrivals, 4P:4D start, 8-GPU budget",
+        config=SimConfig(
+            SEED_HARDWARE, Fleet("disagg", 4, 4), slo=SEED_SLO, control=Control(role_conversion=True)
+        ),
+        traffic=Traffic("seed", rate=28.0, count=6000),
+        policy="static",
+        limits=Limits(prefill_max=SEED_GPUS - 1, decode_max=SEED_GPUS - 1, gpu_budget=SEED_GPUS),
+    )
+
+
+def build_trace(scenario: Scenario, seed: int, hours: float) -> Trace:
+    """The scenario's requests; a day squeezed into `hours` keeps its 24 h shape and its mean rate."""
+    traffic = scenario.traffic
+    if hours >= 24 or traffic.kind not in ("drift", "diurnal"):
+        return traffic.build(seed)
+    factor = hours / 24
+    return traffic.build(seed, rate=traffic.rate * factor).with_time_scale(factor)
+
+
+def scenarios() -> dict[str, Scenario]:
+    return {
+        "seed": seed_setup(),
+        "drift": load_scenario("azure-drift-day"),
+        "step": load_scenario("step-10-20"),
+        "diurnal": load_scenario("diurnal-day"),
+    }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    scenario: str
+    policy: str
+    seed: int
+    metrics: dict[str, float]
+    wall_s: float
+
+
+def run_one(job: tuple[str, Scenario, str, int, float]) -> Outcome:
+    key, scenario, policy_name, seed, hours = job
+    trace = build_trace(scenario, seed, hours)
+    policy = build_policy(policy_name, scenario.config, trace)
+    started = time.perf_counter()
+    result: SimResult = simulate(scenario.config, trace, policy, limits=scenario.limits)
+    metrics = {name: float(getattr(result, name)) for name, _, _ in METRICS}
+    metrics["tpot_p99"] *= 1e3
+    if scenario.step_at_s is not None:
+        metrics["recovery_s"] = recovery_time_s(result, scenario.step_at_s)
+    return Outcome(key, policy_name, seed, metrics, time.perf_counter() - started)
+
+
+def summarise(outcomes: list[Outcome], key: str, policy: str, metric: str) -> tuple[float, float]:
+    values = [o.metrics[metric] for o in outcomes if o.scenario == key and o.policy == policy]
+    return mean_confidence_interval(values)
+
+
+def cell(mean: float, half: float, fmt: str) -> str:
+    if math.isinf(mean):
+        return "never"
+    text = fmt.format(mean)
+    return text if math.isnan(half) else f"{text} ± {fmt.format(half).lstrip('~')}"
+
+
+def quality_verdict(outcomes: list[Outcome]) -> list[str]:
+    """The issue's drift-day targets for xpyd, met or not, with the numbers."""
+
+    def mean(policy: str, metric: str) -> float:
+        return summarise(outcomes, "drift", policy, metric)[0]
+
+    have = {o.policy for o in outcomes if o.scenario == "drift"}
+    if "xpyd" not in have:
+        return ["xpyd policy missing: drift-day targets not evaluated."]
+    lines = []
+    goodput = mean("xpyd", "goodput")
+    lines.append(
+        f"- SLOs met for ≥ 99 % of requests: {goodput:.2%} → {'met' if goodput >= 0.99 else 'NOT met'}"
+    )
+    for reference, bound in (("oracle-static", 0.7), ("oracle-window", 1.15)):
+        if reference in have:
+            ratio = mean("xpyd", "gpu_hours") / mean(reference, "gpu_hours")
+            verdict = "met" if ratio <= bound else "NOT met"
+            lines.append(f"- GPU-hours ≤ {bound}× {reference}: {ratio:.2f}× → {verdict}")
+    if "dynamo" in have:
+        ours, theirs = (
+            mean("xpyd", "good_requests_per_gpu_hour"),
+            mean("dynamo", "good_requests_per_gpu_hour"),
+        )
+        verdict = "met" if ours > theirs else "NOT met"
+        lines.append(
+            f"- beats the Dynamo-style planner on good requests/GPU-hour: {ours:,.0f} vs {theirs:,.0f} → {verdict}"
+        )
+    return lines
+
+
+def markdown(
+    outcomes: list[Outcome],
+    table: dict[str, Scenario],
+    policies: list[str],
+    args: argparse.Namespace,
+    wall: float,
+) -> str:
+    missing = [p for p in EXPECTED_POLICIES if p not in policies]
+    lines = [
+        SECTION,
+        "",
+        f"Command: `.venv/bin/python benchmarks/autoscaling.py {' '.join(sys.argv[1:])}` on {platform.machine()} / "
+        f"Python {platform.python_version()}, {args.seeds} seeds per cell (mean ± 95 % CI), {wall / 60:.0f} min wall.",
+        f"Policies run: {', '.join(policies)}."
+        + (f" Missing (not registered): {', '.join(missing)}." if missing else ""),
+        "",
+    ]
+    for key, scenario in table.items():
+        metrics = list(METRICS) + ([("recovery_s", "recovery s", "{:.0f}")] if scenario.step_at_s else [])
+        lines += [
+            f"**({key}) {scenario.name}**: {scenario.description}"
+            + (
+                f" (compressed to {args.hours:g} h)"
+                if scenario.traffic.kind in ("drift", "diurnal") and args.hours < 24
+                else ""
+            ),
+            "",
+        ]
+        lines.append("| policy | " + " | ".join(label for _, label, _ in metrics) + " |")
+        lines.append("|---" * (len(metrics) + 1) + "|")
+        for policy in policies:
+            cells = [cell(*summarise(outcomes, key, policy, name), fmt) for name, _, fmt in metrics]
+            lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["Drift-day quality targets (issue 4):", "", *quality_verdict(outcomes), ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--hours", type=float, default=24.0, help="length of the two days (compressed)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--only", nargs="*", help="scenario keys to run (seed, drift, step, diurnal)")
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    available = policy_names()
+    policies = [p for p in EXPECTED_POLICIES if p in available] + [
+        p for p in available if p not in EXPECTED_POLICIES
+    ]
+    table = {k: v for k, v in scenarios().items() if not args.only or k in args.only}
+    jobs = [
+        (key, sc, policy, seed, args.hours)
+        for key, sc in table.items()
+        for seed in range(1, args.seeds + 1)
+        for policy in policies
+    ]
+    started = time.perf_counter()
+    outcomes: list[Outcome] = []
+    runner: Callable[[tuple[str, Scenario, str, int, float]], Outcome] = run_one
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for outcome in pool.map(runner, jobs):
+                outcomes.append(outcome)
+                print(
+                    f"{outcome.scenario:8} {outcome.policy:14} seed {outcome.seed}: {outcome.wall_s:6.1f} s "
+                    f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
+                    flush=True,
+                )
+    else:
+        for job in jobs:
+            outcome = runner(job)
+            outcomes.append(outcome)
+            print(
+                f"{outcome.scenario:8} {outcome.policy:14} seed {outcome.seed}: {outcome.wall_s:6.1f} s "
+                f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
+                flush=True,
+            )
+    text = markdown(outcomes, table, policies, args, time.perf_counter() - started)
+    print(text)
+    if args.write:
+        docs = DOCS.read_text(encoding="utf-8")
+        start = docs.index(SECTION)
+        end = docs.index("\n## ", start + len(SECTION))
+        DOCS.write_text(docs[:start] + text.rstrip() + "\n" + docs[end:], encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
