@@ -44,8 +44,9 @@ def test_wait_quantile_zero_when_few_wait() -> None:
 @pytest.mark.parametrize("budget", [0.0, 0.05, 0.5, 5.0])
 def test_min_servers_is_minimal(budget: float) -> None:
     loads = np.array([0.3, 2.5, 7.0, 33.3, 180.0])
-    servers = min_servers_for_wait_quantile(loads, 1.0, 0.3, 0.95, budget)
-    assert np.all(wait_quantile(servers, loads, 1.0, 0.3, 0.95) <= budget + 1e-12)
+    servers, wait = min_servers_for_wait_quantile(loads, 1.0, 0.3, 0.95, budget)
+    np.testing.assert_allclose(wait, wait_quantile(servers, loads, 1.0, 0.3, 0.95))
+    assert np.all(wait <= budget + 1e-12)
     smaller = servers - 1
     stable = smaller > loads
     assert np.all(wait_quantile(smaller[stable], loads[stable], 1.0, 0.3, 0.95) > budget)

@@ -23,22 +23,38 @@ from xpyd_controller.model.roofline import FloatArray, Numeric
 IntArray = npt.NDArray[np.int64]
 
 _SERIES_TOLERANCE = 1e-16
+_COMPACT_EVERY = 8
 
 
 def _erlang_b_at_first_stable_size(load: FloatArray) -> tuple[IntArray, FloatArray]:
-    """(x₀, B(x₀, a)) with x₀ = ⌊a⌋ + 1, the smallest pool that is not saturated."""
+    """(x₀, B(x₀, a)) with x₀ = ⌊a⌋ + 1, the smallest pool that is not saturated.
+
+    The series runs on dense copies of the unfinished scenarios, compacted every few terms (extra
+    terms are harmless: they are below tolerance, or 0 once k > x₀).
+    """
     servers = np.floor(load).astype(np.int64) + 1
     inverse = np.ones_like(load)
-    term = np.ones_like(load)
-    active = np.flatnonzero(load > 0)
+    index = np.flatnonzero(load > 0)
+    x = servers[index].astype(np.float64)
+    # Loads below 1e-300 would overflow the terms; for them B ≈ a ≈ 0 either way.
+    per_load = 1.0 / np.maximum(load[index], 1e-300)
+    term = np.ones_like(x)
+    total = np.ones_like(x)
+    factor = np.empty_like(x)
     k = 1
-    while active.size:
-        # A vanishing load (≲1e-308) overflows 1/a to inf, i.e. B = 0: the right limit, so no warning.
-        with np.errstate(over="ignore"):
-            term[active] *= (servers[active] - k + 1) / load[active]
-        inverse[active] += term[active]
-        finished = (term[active] < _SERIES_TOLERANCE * inverse[active]) | (k >= servers[active])
-        active = active[~finished]
+    while index.size:
+        np.subtract(x, k - 1, out=factor)
+        factor *= per_load
+        term *= factor
+        total += term
+        if k % _COMPACT_EVERY == 0:
+            done = (term < _SERIES_TOLERANCE * total) | (k >= x)
+            if done.any():
+                inverse[index[done]] = total[done]
+                keep = ~done
+                index = index[keep]
+                x, per_load, term, total = x[keep], per_load[keep], term[keep], total[keep]
+                factor = np.empty_like(x)
         k += 1
     return servers, 1.0 / inverse
 
@@ -65,23 +81,23 @@ def erlang_c(servers: Numeric, load: Numeric) -> FloatArray:
     return result
 
 
+def _quantile_wait(
+    waiting: FloatArray, servers: FloatArray, load: FloatArray, scaled_service: FloatArray, quantile: float
+) -> FloatArray:
+    """W_q = E[S]·k·ln(C/(1−q))/(x − a), 0 when C ≤ 1 − q, +inf when saturated; scaled_service = E[S]·k."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail = scaled_service * np.log(waiting / (1.0 - quantile)) / (servers - load)
+    result: FloatArray = np.where(waiting <= 1.0 - quantile, 0.0, np.where(servers <= load, np.inf, tail))
+    return result
+
+
 def wait_quantile(
     servers: Numeric, load: Numeric, mean_service: Numeric, service_cv2: Numeric, quantile: float
 ) -> FloatArray:
     """The q-quantile of the queueing delay (seconds); +inf when the pool is saturated (x ≤ a)."""
-    x = np.asarray(servers, np.float64)
-    a = np.asarray(load, np.float64)
-    waiting = erlang_c(servers, load)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tail = (
-            np.asarray(mean_service)
-            * (1.0 + np.asarray(service_cv2))
-            / 2.0
-            * np.log(waiting / (1.0 - quantile))
-            / (x - a)
-        )
-    result: FloatArray = np.where(waiting <= 1.0 - quantile, 0.0, np.where(x <= a, np.inf, tail))
-    return result
+    scaled = np.asarray(mean_service, np.float64) * (1.0 + np.asarray(service_cv2, np.float64)) / 2.0
+    x, a = np.asarray(servers, np.float64), np.asarray(load, np.float64)
+    return _quantile_wait(erlang_c(servers, load), x, a, scaled, quantile)
 
 
 def mean_wait(servers: Numeric, load: Numeric, mean_service: Numeric, service_cv2: Numeric) -> FloatArray:
@@ -97,8 +113,8 @@ def mean_wait(servers: Numeric, load: Numeric, mean_service: Numeric, service_cv
 
 def min_servers_for_wait_quantile(
     load: Numeric, mean_service: Numeric, service_cv2: Numeric, quantile: float, wait_budget: Numeric
-) -> IntArray:
-    """Smallest pool whose q-quantile wait is within `wait_budget` seconds (≥ ⌊a⌋ + 1).
+) -> tuple[IntArray, FloatArray]:
+    """Smallest pool whose q-quantile wait is within `wait_budget` seconds (≥ ⌊a⌋ + 1), and that wait.
 
     Terminates for any budget ≥ 0: once C(x, a) ≤ 1 − q the quantile wait is 0. Callers flag
     budgets < 0 (the SLO is below the service-time floor) themselves; those get ⌊a⌋ + 1 here.
@@ -106,27 +122,32 @@ def min_servers_for_wait_quantile(
     shape = np.broadcast_shapes(
         np.shape(load), np.shape(mean_service), np.shape(service_cv2), np.shape(wait_budget)
     )
-    offered = np.broadcast_to(np.asarray(load, np.float64), shape).ravel().copy()
-    service = np.broadcast_to(np.asarray(mean_service, np.float64), shape).ravel()
-    spread = (1.0 + np.broadcast_to(np.asarray(service_cv2, np.float64), shape).ravel()) / 2.0
-    budget = np.broadcast_to(np.asarray(wait_budget, np.float64), shape).ravel()
-    x, blocking = _erlang_b_at_first_stable_size(offered)
+
+    def flat(value: Numeric) -> FloatArray:
+        return np.broadcast_to(np.asarray(value, np.float64), shape).ravel()
+
+    offered = flat(load)
+    scaled_service = flat(mean_service) * (1.0 + flat(service_cv2)) / 2.0
+    x_start, b_start = _erlang_b_at_first_stable_size(offered.copy())
+    servers = np.where(offered > 0, x_start, 0).astype(np.float64)
+    blocking = b_start
     threshold = 1.0 - quantile
-
-    def too_slow(idx: IntArray) -> IntArray:
-        xs = x[idx].astype(np.float64)
-        a = offered[idx]
-        waiting = _erlang_c_from_b(xs, a, blocking[idx])
+    # Walk x up on dense copies of the scenarios whose quantile wait is still over budget.
+    index = np.flatnonzero(offered > 0)
+    x, a, b = servers[index], offered[index], blocking[index]
+    scaled, budget = scaled_service[index], flat(wait_budget)[index]
+    while index.size:
+        waiting = _erlang_c_from_b(x, a, b)
         with np.errstate(divide="ignore"):
-            quantile_wait = service[idx] * spread[idx] * np.log(np.maximum(waiting, threshold) / threshold)
-        exceeded = (waiting > threshold) & (quantile_wait > budget[idx] * (xs - a)) & (budget[idx] >= 0)
-        return idx[exceeded]
-
-    active = too_slow(np.flatnonzero(offered > 0))
-    while active.size:
-        a_b = offered[active] * blocking[active]
-        x[active] += 1
-        blocking[active] = a_b / (x[active] + a_b)
-        active = too_slow(active)
-    servers: IntArray = np.where(offered > 0, x, 0).reshape(shape)
-    return servers
+            log_ratio = np.log(np.maximum(waiting, threshold) / threshold)
+        over = (waiting > threshold) & (scaled * log_ratio > budget * (x - a)) & (budget >= 0)
+        servers[index], blocking[index] = x, b
+        index = index[over]
+        x, a, b, scaled, budget = x[over], a[over], b[over], scaled[over], budget[over]
+        load_blocked = a * b
+        x = x + 1
+        b = load_blocked / (x + load_blocked)
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where there is no load; masked out
+        waiting = np.where(offered > 0, _erlang_c_from_b(servers, offered, blocking), 0.0)
+    wait = _quantile_wait(waiting, servers, offered, scaled_service, quantile)
+    return servers.astype(np.int64).reshape(shape), wait.reshape(shape)

@@ -25,7 +25,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from xpyd_controller.model.queueing import IntArray, mean_wait, min_servers_for_wait_quantile, wait_quantile
+from xpyd_controller.model.queueing import IntArray, mean_wait, min_servers_for_wait_quantile
 from xpyd_controller.model.roofline import (
     FloatArray,
     Numeric,
@@ -37,6 +37,9 @@ from xpyd_controller.model.roofline import (
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
 
 BoolArray = npt.NDArray[np.bool_]
+LabelArray = npt.NDArray[np.object_]  # Python str per scenario (object arrays: cheap to fill at 10^6)
+BINDING_LABELS: LabelArray = np.array(["throughput", "ttft_quantile"], dtype=object)
+BOUND_LABELS: LabelArray = np.array(["kv_capacity", "tpot_bandwidth", "tpot_compute"], dtype=object)
 AnyScalar = TypeVar("AnyScalar", bound=np.generic)
 
 
@@ -195,7 +198,7 @@ class Plan:
     attention_factor: FloatArray
     prefill_load: FloatArray  # λ·E[S]: busy prefill instances needed on average
     prefill_instances: IntArray
-    prefill_binding: npt.NDArray[np.str_]  # "throughput" | "ttft_quantile"
+    prefill_binding: LabelArray  # "throughput" | "ttft_quantile"
     prefill_utilisation: FloatArray
     predicted_ttft_seconds: FloatArray  # quantile (or mean) TTFT: wait + prefill + exposed transfer + step
     ttft_floor_seconds: FloatArray  # prefill + exposed transfer + one decode step at the cap, no queueing
@@ -204,7 +207,7 @@ class Plan:
     concurrency: FloatArray
     decode_context_tokens: FloatArray  # mean resident context per batch slot
     decode_batch_cap: IntArray
-    decode_batch_bound: npt.NDArray[np.str_]  # "kv_capacity" | "tpot_bandwidth" | "tpot_compute"
+    decode_batch_bound: LabelArray  # "kv_capacity" | "tpot_bandwidth" | "tpot_compute"
     decode_kv_capacity_cap: IntArray
     decode_tpot_cap: IntArray
     decode_instances: IntArray
@@ -382,11 +385,7 @@ def size_pools(
     ).astype(np.int64)
     tpot_cap = np.minimum(bandwidth_cap, compute_cap)
     batch_cap = np.minimum(kv_cap, tpot_cap)
-    bound = np.where(
-        kv_cap <= tpot_cap,
-        "kv_capacity",
-        np.where(bandwidth_cap <= compute_cap, "tpot_bandwidth", "tpot_compute"),
-    )
+    bound = BOUND_LABELS[np.where(kv_cap <= tpot_cap, 0, np.where(bandwidth_cap <= compute_cap, 1, 2))]
     decode_weights_fit = weights < g_d * gpu.hbm_bytes
     decode_ok = decode_weights_fit & (batch_cap >= 1)
     decode_instances = np.where(decode_ok, np.ceil(concurrency / np.maximum(batch_cap, 1)), 0).astype(
@@ -408,7 +407,7 @@ def size_pools(
     fixed_latency = exposed + step_at_cap
     if slo.ttft_quantile is None:
         instances = throughput_instances
-        binding = np.full(np.shape(instances), "throughput")
+        binding = BINDING_LABELS[np.zeros(np.shape(instances), np.int8)]
         service_part = mean_service
         wait = mean_wait(instances, load, mean_service, service_cv2)
     else:
@@ -416,12 +415,11 @@ def size_pools(
         long_prompt = isl + z_ttft * arrays["isl_std"]
         service_part = prefill_seconds(model, gpu, long_prompt, g_p, hit_rate=hit)
         wait_budget = ttft_slo - service_part - fixed_latency
-        queued = min_servers_for_wait_quantile(
+        # Never below ⌈λ·E[S]⌉: the queueing size starts at the first stable pool ⌊a⌋ + 1.
+        instances, wait = min_servers_for_wait_quantile(
             load, mean_service, service_cv2, slo.ttft_quantile, wait_budget
         )
-        instances = np.maximum(throughput_instances, queued)
-        binding = np.where(queued > throughput_instances, "ttft_quantile", "throughput")
-        wait = wait_quantile(instances, load, mean_service, service_cv2, slo.ttft_quantile)
+        binding = BINDING_LABELS[(instances > throughput_instances).astype(np.int8)]
     ttft_floor = service_part + fixed_latency
     predicted_ttft = wait + ttft_floor
     with np.errstate(divide="ignore", invalid="ignore"):

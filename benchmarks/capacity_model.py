@@ -1,0 +1,163 @@
+"""Capacity-model speed: one vectorised call over 10^6 scenarios, and `xpyd plan` as a process.
+
+Baselines run in the same process, side by side, so machine load cancels out of the ratios:
+- the same scenarios sized one at a time through the scalar API (a sample, extrapolated to 10^6);
+- the Python interpreter starting with numpy imported (the floor under any `xpyd plan` run).
+
+    .venv/bin/python benchmarks/capacity_model.py [--scenarios 1000000] [--runs 5] [--write docs/BENCHMARKS.md]
+
+`--write` replaces the body of the "Capacity model" section of that file with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
+
+MODEL, GPU, LINK = MODEL_PRESETS["llama-3.1-70b"], GPU_PRESETS["h200"], LINK_PRESETS["ib-400g"]
+POOLS = PoolConfig(prefill_gpus=2, decode_gpus=2, step_overhead=0.005, remote_overhead=0.03)
+SCALAR_SAMPLE = 300
+PLAN_COMMAND = [
+    str(Path(sys.executable).with_name("xpyd")),
+    *("plan", "--model", "llama-3.1-70b", "--gpu", "h200", "--link", "ib-400g"),
+    *("--prefill-gpus", "2", "--decode-gpus", "2", "--rate", "4", "--isl", "8000", "--osl", "256"),
+    *("--ttft-quantile", "0.9", "--ttft-slo", "3", "--json"),
+]
+SECTION = "## Capacity model (`benchmarks/capacity_model.py`)"
+
+
+def scenarios(count: int, seed: int = 1) -> tuple[Workload, Slo, Slo]:
+    """Random but valid workloads and SLOs: rates 0.1–100 req/s, prompts 128–64K, outputs 16–4K."""
+    rng = np.random.default_rng(seed)
+    isl = np.exp(rng.uniform(np.log(128), np.log(65536), count))
+    workload = Workload(
+        rate=np.exp(rng.uniform(np.log(0.1), np.log(100), count)),
+        isl=isl,
+        osl=np.exp(rng.uniform(np.log(16), np.log(4096), count)),
+        hit_rate=rng.uniform(0, 0.9, count),
+        isl_std=isl * rng.uniform(0, 0.5, count),
+    )
+    ttft = rng.uniform(2.0, 20.0, count)
+    tpot = rng.uniform(0.03, 0.2, count)
+    mean_slo = Slo(ttft=ttft, tpot=tpot)
+    quantile_slo = Slo(ttft=ttft, tpot=tpot, ttft_quantile=0.9, context_quantile=0.9)
+    return workload, mean_slo, quantile_slo
+
+
+def median_seconds(action: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def scalar_loop_seconds(workload: Workload, slo: Slo) -> float:
+    """Size the first SCALAR_SAMPLE scenarios one call each; seconds per scenario."""
+    columns = {
+        name: np.asarray(getattr(workload, name)) for name in ("rate", "isl", "osl", "hit_rate", "isl_std")
+    }
+    ttft, tpot = np.asarray(slo.ttft), np.asarray(slo.tpot)
+    start = time.perf_counter()
+    for i in range(SCALAR_SAMPLE):
+        one = Workload(**{name: float(values[i]) for name, values in columns.items()})
+        one_slo = Slo(
+            ttft=float(ttft[i]),
+            tpot=float(tpot[i]),
+            ttft_quantile=slo.ttft_quantile,
+            context_quantile=slo.context_quantile,
+        )
+        size_pools(MODEL, GPU, LINK, one, one_slo, pools=POOLS)
+    return (time.perf_counter() - start) / SCALAR_SAMPLE
+
+
+def process_seconds(command: list[str], runs: int) -> float:
+    def once() -> None:
+        subprocess.run(command, check=True, capture_output=True)
+
+    once()  # warm the page cache
+    return median_seconds(once, runs)
+
+
+def measure(count: int, runs: int) -> str:
+    workload, mean_slo, quantile_slo = scenarios(count)
+    lines = [
+        "| measurement | median | baseline (same run) | ratio |",
+        "|---|---|---|---|",
+    ]
+    for label, slo in (
+        ("seed formulas (mean sizing)", mean_slo),
+        ("TTFT p90 with queueing + context p90", quantile_slo),
+    ):
+        vectorised = median_seconds(
+            lambda slo=slo: size_pools(MODEL, GPU, LINK, workload, slo, pools=POOLS), runs
+        )
+        per_scenario = scalar_loop_seconds(workload, slo)
+        extrapolated = per_scenario * count
+        lines.append(
+            f"| {count:,} scenarios, one vectorised call, {label} | {vectorised:.3f} s "
+            f"| scalar calls: {per_scenario * 1e3:.2f} ms each → {extrapolated:.0f} s for {count:,} "
+            f"| {extrapolated / vectorised:.0f}× faster |"
+        )
+    plan_wall = process_seconds(PLAN_COMMAND, runs)
+    floor = process_seconds([sys.executable, "-c", "import numpy"], runs)
+    lines.append(
+        f"| `xpyd plan` process wall time (start to exit) | {plan_wall:.3f} s "
+        f"| `python -c 'import numpy'`: {floor:.3f} s | +{plan_wall - floor:.3f} s over the floor |"
+    )
+    command = " ".join(["xpyd", *PLAN_COMMAND[1:]])
+    return "\n".join(
+        [
+            f"Machine: {platform.machine()}, {platform.processor() or 'unknown CPU'}, Python "
+            f"{platform.python_version()}, numpy {np.__version__}; medians of {runs} runs.",
+            "",
+            "Command: `.venv/bin/python benchmarks/capacity_model.py "
+            f"--scenarios {count} --runs {runs} --write docs/BENCHMARKS.md`",
+            "",
+            "Scenarios: llama-3.1-70b on H200 (2 GPUs per instance), ib-400g; log-uniform rate 0.1–100 req/s,",
+            "ISL 128–64K (std up to half the mean), OSL 16–4K; hit rate 0–0.9; TTFT 2–20 s, TPOT 30–200 ms.",
+            f"The scalar baseline sizes {SCALAR_SAMPLE} of them one `size_pools` call each.",
+            f"The `xpyd plan` run: `{command}`.",
+            "",
+            *lines,
+        ]
+    )
+
+
+def write_section(path: Path, body: str) -> None:
+    text = path.read_text()
+    pattern = re.compile(re.escape(SECTION) + r"\n.*?(?=\n## |\Z)", re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: section {SECTION!r} not found")
+    path.write_text(pattern.sub(lambda _: f"{SECTION}\n\n{body}\n", text, count=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--write", type=Path, help="markdown file whose Capacity model section to replace")
+    args = parser.parse_args()
+    body = measure(args.scenarios, args.runs)
+    print(body)
+    if args.write:
+        write_section(args.write, body)
+
+
+if __name__ == "__main__":
+    main()
