@@ -37,6 +37,7 @@ from xpyd_controller.sim.traces import Trace
 EXPECTED_POLICIES = ("static", "threshold", "dynamo", "xpyd", "oracle-static", "oracle-window")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
 SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
+MODEL_VS_SIM = "### Capacity model vs simulator"
 METRICS = (
     ("goodput", "goodput", "{:.2%}"),
     ("gpu_hours", "GPU-h", "{:.1f}"),
@@ -232,7 +233,11 @@ def main() -> int:
         docs = DOCS.read_text(encoding="utf-8")
         start = docs.index(SECTION)
         end = docs.index("\n## ", start + len(SECTION))
-        DOCS.write_text(docs[:start] + text.rstrip() + "\n" + docs[end:], encoding="utf-8")
+        kept = docs[start:end]
+        kept = kept[kept.index(MODEL_VS_SIM) :] if MODEL_VS_SIM in kept else ""  # model_vs_sim.py's part
+        DOCS.write_text(
+            docs[:start] + text.rstrip() + "\n\n" + kept.strip() + "\n" + docs[end:], encoding="utf-8"
+        )
     return 0
 
 

@@ -1,0 +1,149 @@
+"""Capacity model vs simulator: is the model's x:y as good as the best split found by brute force?
+
+For each workload of a grid (rate × mean prompt × mean output, uniform lengths ±50 %, Poisson), the
+capacity model (`size_pools`, TTFT sized at its 99th percentile with queueing) picks x prefill and y
+decode instances. The simulator then runs every split with x' + y' ≤ x + y and finds the best goodput
+(TTFT and TPOT SLOs). The model "agrees" when its pick is within 2 points of that best goodput, at
+no more GPUs. Also reported: the cheapest split reaching 99 % goodput, to show over-provisioning.
+
+    .venv/bin/python benchmarks/model_vs_sim.py [--requests 3000] [--write]
+
+`--write` appends the results to the "Autoscaling policies" section of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
+from xpyd_controller.sim.config import Fleet, GoodputSlo, Hardware, Realism, SimConfig
+from xpyd_controller.sim.runner import simulate
+from xpyd_controller.sim.traces import Trace, UniformLengths, poisson
+
+HARDWARE = Hardware(
+    MODEL_PRESETS["llama-3.1-8b"], GPU_PRESETS["h100-sxm"], LINK_PRESETS["ib-400g"], step_overhead_s=5e-3
+)
+REALISM = Realism(kv_capacity=True, layerwise_transfer=True)
+SLO = GoodputSlo(ttft_s=1.0, tpot_s=0.05, max_token_gap_s=None)
+RATES = (2.0, 8.0, 16.0)
+PROMPTS = (1000, 4000)
+OUTPUTS = (100, 400)
+TOLERANCE = 0.02
+TARGET = 0.99
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
+SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
+SUBSECTION = "### Capacity model vs simulator (`benchmarks/model_vs_sim.py`)"
+
+
+@dataclass(frozen=True)
+class Row:
+    rate: float
+    prompt: int
+    output: int
+    model_split: tuple[int, int]
+    model_goodput: float
+    best_split: tuple[int, int]
+    best_goodput: float
+    cheapest_at_target: tuple[int, int] | None
+
+    @property
+    def agrees(self) -> bool:
+        return self.model_goodput >= self.best_goodput - TOLERANCE
+
+
+def model_split(rate: float, prompt: int, output: int) -> tuple[int, int]:
+    spread = 1 / 12**0.5  # uniform on [m/2, 3m/2]: std = m/√12
+    plan = size_pools(
+        HARDWARE.model,
+        HARDWARE.gpu,
+        HARDWARE.link,
+        Workload(rate=rate, isl=prompt, osl=output, isl_std=prompt * spread, osl_std=output * spread),
+        Slo(ttft=SLO.ttft_s, tpot=SLO.tpot_s or 0.05, ttft_quantile=TARGET),
+        pools=PoolConfig(step_overhead=HARDWARE.step_overhead_s),
+    )
+    return int(plan.prefill_instances), int(plan.decode_instances)
+
+
+def goodput(split: tuple[int, int], trace: Trace) -> float:
+    config = SimConfig(HARDWARE, Fleet("disagg", *split), REALISM, SLO)
+    return simulate(config, trace).goodput
+
+
+def evaluate(rate: float, prompt: int, output: int, requests: int, seed: int) -> Row:
+    picked = model_split(rate, prompt, output)
+    budget = max(2, sum(picked))
+    lengths = UniformLengths(prompt // 2, prompt * 3 // 2, max(1, output // 2), output * 3 // 2)
+    trace = poisson(seed, rate, lengths, count=requests)
+    results = {}
+    for total in range(2, budget + 1):
+        for x in range(1, total):
+            results[(x, total - x)] = goodput((x, total - x), trace)
+    model_good = results.get(picked) if min(picked) >= 1 else 0.0
+    best = max(results, key=lambda s: (results[s], -sum(s)))
+    meeting = [s for s in results if results[s] >= TARGET]
+    cheapest = min(meeting, key=lambda s: (sum(s), -results[s])) if meeting else None
+    return Row(rate, prompt, output, picked, model_good or 0.0, best, results[best], cheapest)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    rows = []
+    for rate, prompt, output in itertools.product(RATES, PROMPTS, OUTPUTS):
+        row = evaluate(rate, prompt, output, args.requests, args.seed)
+        rows.append(row)
+        print(row, flush=True)
+    agree = sum(r.agrees for r in rows)
+    lines = [
+        SUBSECTION,
+        "",
+        f"Command: `.venv/bin/python benchmarks/model_vs_sim.py {' '.join(sys.argv[1:])}` on {platform.machine()} / "
+        f"Python {platform.python_version()}; {args.requests} Poisson requests per run, seed {args.seed}; "
+        f"8B on H100, 400G link, KV capacity and layer-wise transfer on; SLO TTFT ≤ {SLO.ttft_s} s, "
+        f"TPOT ≤ {SLO.tpot_s} s; {time.perf_counter() - started:.0f} s wall.",
+        "",
+        f"**The model's x:y is within {TOLERANCE:.0%} of the best goodput at no more GPUs in "
+        f"{agree} of {len(rows)} workloads.**",
+        "",
+        "| rate | mean prompt | mean output | model x:y | its goodput | best x:y (≤ same GPUs) | best goodput "
+        f"| cheapest x:y at {TARGET:.0%} | agrees |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cheapest = (
+            f"{r.cheapest_at_target[0]}:{r.cheapest_at_target[1]}"
+            if r.cheapest_at_target
+            else "none ≤ budget"
+        )
+        lines.append(
+            f"| {r.rate:g} | {r.prompt} | {r.output} | {r.model_split[0]}:{r.model_split[1]} | {r.model_goodput:.2%} "
+            f"| {r.best_split[0]}:{r.best_split[1]} | {r.best_goodput:.2%} | {cheapest} | {'yes' if r.agrees else 'no'} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        docs = DOCS.read_text(encoding="utf-8")
+        start = docs.index(SECTION)
+        end = docs.index("\n## ", start + len(SECTION))
+        section = docs[start:end]
+        if SUBSECTION in section:
+            section = section[: section.index(SUBSECTION)].rstrip() + "\n"
+        DOCS.write_text(docs[:start] + section.rstrip() + "\n\n" + text + docs[end:], encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
