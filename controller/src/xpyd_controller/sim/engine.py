@@ -374,14 +374,16 @@ class _Simulation:
             self.decode_wait.append(rid)
 
     def _join_decode(self, rid: int, t: float) -> bool:
-        best: _Instance | None = None
-        best_load = 0
-        for inst in self.ready[DECODE]:
-            load = len(inst.members)
-            if (best is None or load < best_load) and self._has_room(inst, rid):
-                best, best_load = inst, load
-        if best is None:
+        ready = self.ready[DECODE]
+        if not ready:
             return False
+        if self.enforce_kv:
+            roomy = [i for i in ready if self._has_room(i, rid)]
+            if not roomy:
+                return False
+            best = min(roomy, key=_batch_size)
+        else:
+            best = min(ready, key=_batch_size)
         op = best.op
         best.kv_used += self.kv_need[rid]
         if op == _IDLE:
@@ -495,7 +497,7 @@ class _Simulation:
         if settled:
             gap = first_end - inst.last_step_end
             hist[gap] = hist.get(gap, 0) + settled
-            self._log_gap(inst, gap)
+            _record_gap(inst, gap)
         if fresh:
             start_index = inst.gap_count
             arrival = self.arrival
@@ -509,21 +511,11 @@ class _Simulation:
             fresh.clear()
         if k > 1:
             hist[step] = hist.get(step, 0) + (k - 1) * len(members)
-            self._log_gap(inst, step)
+            _record_gap(inst, step)
         inst.steps += k
         inst.last_step_end = first_end + (k - 1) * step
         if len(hist) > _HISTOGRAM_FOLD_AT:
             self._fold_histogram()
-
-    @staticmethod
-    def _log_gap(inst: _Instance, gap: float) -> None:
-        at, values = inst.gap_max_at, inst.gap_max_value
-        while values and values[-1] <= gap:
-            values.pop()
-            at.pop()
-        at.append(inst.gap_count)
-        values.append(gap)
-        inst.gap_count += 1
 
     def _fold_histogram(self) -> None:
         """Move exact gap values into log bins (bounded memory on long co-located runs)."""
@@ -861,6 +853,21 @@ class _Simulation:
             conversions=self.conversions,
             events=events,
         )
+
+
+def _record_gap(inst: _Instance, gap: float) -> None:
+    """Push a token gap on the instance's monotonic stack (dropping smaller, older entries)."""
+    at, values = inst.gap_max_at, inst.gap_max_value
+    while values and values[-1] <= gap:
+        values.pop()
+        at.pop()
+    at.append(inst.gap_count)
+    values.append(gap)
+    inst.gap_count += 1
+
+
+def _batch_size(inst: _Instance) -> int:
+    return len(inst.members)
 
 
 def _window_p90(times: list[float], values: list[float], start: float, end: float) -> float | None:
