@@ -423,16 +423,25 @@ def plot(
         rates = sweep[1]
     else:
         rates = np.linspace(0.0, max(2.0 * float(args.rate), 1.0), 129)
+    base = build_inputs(args)  # without the sweep: every other quantity at its flag value
     by_rate = size_pools(
-        inputs.model,
-        inputs.gpu,
-        inputs.link,
-        dataclasses.replace(build_inputs(args).workload, rate=rates),
-        build_inputs(args).slo,
-        pools=build_inputs(args).pools,
+        base.model,
+        base.gpu,
+        base.link,
+        dataclasses.replace(base.workload, rate=rates),
+        base.slo,
+        pools=base.pools,
     )
     figure, (pools_axis, region_axis) = plt.subplots(1, 2, figsize=(12, 4.6))
     pools_axis.step(rates, by_rate.prefill_instances, where="post", label="prefill instances x")
+    if inputs.slo.ttft_quantile is not None:
+        pools_axis.step(
+            rates,
+            np.ceil(by_rate.prefill_load),
+            where="post",
+            linestyle="--",
+            label="x by throughput alone (seed formula)",
+        )
     pools_axis.step(rates, by_rate.decode_instances, where="post", label="decode instances y")
     pools_axis.step(rates, by_rate.total_gpus, where="post", linestyle=":", label="total GPUs")
     infeasible = ~(by_rate.ttft_feasible & by_rate.decode_feasible & by_rate.transfer_feasible)
@@ -445,7 +454,7 @@ def plot(
             label="infeasible",
         )
     pools_axis.set_xlabel("arrival rate λ (requests/s)")
-    pools_axis.set_ylabel("instances")
+    pools_axis.set_ylabel("instances (GPUs for the dotted line)")
     pools_axis.set_title(f"{inputs.model_name} on {inputs.gpu_name}: ISL {args.isl:g}, OSL {args.osl:g}")
     pools_axis.grid(alpha=0.3)
     pools_axis.legend()

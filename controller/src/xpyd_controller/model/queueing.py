@@ -9,7 +9,7 @@ Approximation (documented in docs/capacity-model.md):
   `W_q = 0` when `C ≤ 1 − q`, else `E[S] · k · ln(C / (1 − q)) / (x − a)`.
 
 Erlang B is evaluated without factorials: `1/B(x, a) = Σ_k x!/((x−k)!·a^k)` at the first stable pool
-size `x₀ = ⌊a⌋ + 1` (the terms fall off like exp(−k²/2a), so ~9√a terms), then the stable recursion
+size `x₀ = ⌊a⌋ + 1` (the terms fall off like exp(−k²/2a), so ~8√a terms to 1e-13), then the stable recursion
 `B(x+1) = a·B / (x + 1 + a·B)` walks up. Each loop runs only on the scenarios still unresolved.
 """
 
@@ -22,7 +22,7 @@ from xpyd_controller.model.roofline import FloatArray, Numeric
 
 IntArray = npt.NDArray[np.int64]
 
-_SERIES_TOLERANCE = 1e-16
+_SERIES_TOLERANCE = 1e-13
 _COMPACT_EVERY = 8
 
 
