@@ -76,21 +76,32 @@ def test_decode_batch_cap_by_hand() -> None:
     assert plan["decode_tpot_cap"] == tpot_bound
     assert plan["decode_batch_cap"] == min(kv_bound, tpot_bound)
     assert plan["decode_batch_bound"] == ("kv_capacity" if kv_bound <= tpot_bound else "tpot_bandwidth")
-    concurrency = 10.0 * (2.0 + 256 * 0.05)
-    assert plan["concurrency"] == pytest.approx(concurrency)
-    assert plan["decode_instances"] == math.ceil(concurrency / min(kv_bound, tpot_bound))
+    cap = min(kv_bound, tpot_bound)
+    # Little's law at full batch: y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)), not the TPOT SLO.
+    step_at_cap = weights / 3.35e12 + cap * context * kv / 3.35e12
+    assert plan["decode_instances"] == math.ceil(10.0 * (2.0 + 256 * step_at_cap) / cap)
+    # The predicted step is the operating point: y·B = λ(TTFT + L_out·t_step(B)).
+    step = float(plan["decode_step_seconds"])  # type: ignore[arg-type]
+    batch = (step - weights / 3.35e12) * 3.35e12 / (context * kv)
+    assert batch * plan["decode_instances"] == pytest.approx(10.0 * (2.0 + 256 * step))  # type: ignore[operator]
+    assert plan["concurrency"] == pytest.approx(10.0 * (2.0 + 256 * step))
+    assert step < step_at_cap < 0.05
 
 
 @pytest.mark.parametrize(
-    ("gpu", "tpot", "bound"),
+    ("gpu", "tpot", "isl", "bound"),
     [
-        (H100, 0.05, "kv_capacity"),  # 80 GB fills up before 50 ms of reads
-        (H200, 0.012, "tpot_bandwidth"),  # 141 GB, but only 12 ms per step
+        (H100, 0.05, 4096, "kv_capacity"),  # 80 GB fills up before 50 ms of reads
+        (H200, 0.012, 4096, "tpot_bandwidth"),  # 141 GB, but only 12 ms per step
+        (GPU_PRESETS["b200"], 0.02, 64, "tpot_compute"),  # tiny contexts: 2·P·B FLOPs bind first
     ],
 )
-def test_binding_decode_bound(gpu: GpuSpec, tpot: float, bound: str) -> None:
-    plan = size_pools(LLAMA_8B, gpu, IB, Workload(rate=10, isl=4096, osl=256), Slo(ttft=2.0, tpot=tpot))
-    assert plan.as_dict()["decode_batch_bound"] == bound
+def test_binding_decode_bound(gpu: GpuSpec, tpot: float, isl: int, bound: str) -> None:
+    plan = size_pools(
+        LLAMA_8B, gpu, IB, Workload(rate=10, isl=isl, osl=16), Slo(ttft=2.0, tpot=tpot)
+    ).as_dict()
+    assert plan["decode_batch_bound"] == bound
+    assert plan["decode_step_seconds"] <= tpot  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(

@@ -318,6 +318,35 @@ def _prefill_service_moments(
     return kappa * mean_work, second_work / mean_work**2 - 1
 
 
+def _decode_operating_batch(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    reserved_rate: FloatArray,
+    token_rate: FloatArray,
+    instances: IntArray,
+    context: FloatArray,
+    gpus: FloatArray,
+    step_overhead: FloatArray,
+) -> FloatArray:
+    """Mean batch per decode instance: the fixed point of B = (λ·TTFT + λ·L_out·t_step(B)) / y.
+
+    t_step(B) = ovh + max(m₀ + m₁B, c₁B) (the roofline of `decode_step_seconds`) is the max of two
+    increasing lines, so the fixed point is the larger of the two lines' fixed points. Sizing y from
+    the batch cap keeps both slopes λ·L_out·m/y below 1, so both exist; y = 0 means no batch.
+    """
+    per_instance = 1.0 / np.maximum(instances, 1)
+    reserved, flowing = reserved_rate * per_instance, token_rate * per_instance
+    memory_slope = context * model.kv_bytes_per_token / (gpus * gpu.effective_bandwidth)
+    memory_intercept = step_overhead + model.weight_footprint_bytes / (gpus * gpu.effective_bandwidth)
+    compute_slope = 2 * model.compute_params / (gpus * gpu.effective_flops)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        on_memory = (reserved + flowing * memory_intercept) / (1 - flowing * memory_slope)
+        on_compute = (reserved + flowing * step_overhead) / (1 - flowing * compute_slope)
+    result: FloatArray = np.where(instances > 0, np.maximum(on_memory, on_compute), 0.0)
+    return result
+
+
 def dp_ratio(
     output_tokens: Numeric, step_seconds: Numeric, batch: Numeric, prefill_seconds: Numeric
 ) -> FloatArray:
@@ -371,8 +400,7 @@ def size_pools(
             np.inf,
         )
 
-    # Decode: concurrency by Little's law, batch cap from KV capacity and the TPOT roofline.
-    concurrency = rate * (ttft_slo + osl * tpot_slo)
+    # Decode: batch cap from KV capacity and the TPOT roofline, then instances by Little's law.
     slot_mean, slot_std = _slot_context_moments(isl, osl, arrays["isl_std"], arrays["osl_std"])
     z_context = 0.0 if slo.context_quantile is None else NormalDist().inv_cdf(slo.context_quantile)
     step_budget = tpot_slo - step_overhead
@@ -388,15 +416,27 @@ def size_pools(
     bound = BOUND_LABELS[np.where(kv_cap <= tpot_cap, 0, np.where(bandwidth_cap <= compute_cap, 1, 2))]
     decode_weights_fit = weights < g_d * gpu.hbm_bytes
     decode_ok = decode_weights_fit & (batch_cap >= 1)
-    decode_instances = np.where(decode_ok, np.ceil(concurrency / np.maximum(batch_cap, 1)), 0).astype(
-        np.int64
-    )
-    operating_batch = np.where(decode_instances > 0, concurrency / np.maximum(decode_instances, 1), 0.0)
-    step = decode_step_seconds(model, gpu, operating_batch, slot_mean, gpus=g_d, step_overhead=step_overhead)
-    tpot_floor = step_overhead + weights / (g_d * gpu.effective_bandwidth)
     step_at_cap = decode_step_seconds(
         model, gpu, np.maximum(batch_cap, 1), slot_mean, gpus=g_d, step_overhead=step_overhead
     )
+    # Sessions last TTFT + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
+    # y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
+    decode_instances = np.where(
+        decode_ok, np.ceil(rate * (ttft_slo + osl * step_at_cap) / np.maximum(batch_cap, 1)), 0
+    ).astype(np.int64)
+    operating_batch = _decode_operating_batch(
+        model,
+        gpu,
+        reserved_rate=rate * ttft_slo,
+        token_rate=rate * osl,
+        instances=decode_instances,
+        context=slot_mean,
+        gpus=g_d,
+        step_overhead=step_overhead,
+    )
+    step = decode_step_seconds(model, gpu, operating_batch, slot_mean, gpus=g_d, step_overhead=step_overhead)
+    concurrency = rate * (ttft_slo + osl * step)
+    tpot_floor = step_overhead + weights / (g_d * gpu.effective_bandwidth)
 
     # Prefill: throughput sizing, or the TTFT quantile with queueing when asked.
     mean_service, service_cv2 = _prefill_service_moments(model, gpu, arrays, g_p)
