@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
+from bench_docs import replace_section
 from xpyd_controller.policy.types import Limits
 from xpyd_controller.sim.config import Control, Fleet, SimConfig
 from xpyd_controller.sim.policies import build_policy, policy_names
@@ -35,7 +35,6 @@ from xpyd_controller.sim.stats import mean_confidence_interval
 from xpyd_controller.sim.traces import Trace
 
 EXPECTED_POLICIES = ("static", "threshold", "dynamo", "xpyd", "oracle-static", "oracle-window")
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
 SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
 MODEL_VS_SIM = "### Capacity model vs simulator"
 METRICS = (
@@ -230,14 +229,7 @@ def main() -> int:
     text = markdown(outcomes, table, policies, args, time.perf_counter() - started)
     print(text)
     if args.write:
-        docs = DOCS.read_text(encoding="utf-8")
-        start = docs.index(SECTION)
-        end = docs.index("\n## ", start + len(SECTION))
-        kept = docs[start:end]
-        kept = kept[kept.index(MODEL_VS_SIM) :] if MODEL_VS_SIM in kept else ""  # model_vs_sim.py's part
-        DOCS.write_text(
-            docs[:start] + text.rstrip() + "\n\n" + kept.strip() + "\n" + docs[end:], encoding="utf-8"
-        )
+        replace_section(SECTION, text, keep_from=MODEL_VS_SIM)
     return 0
 
 

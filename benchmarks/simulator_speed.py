@@ -21,10 +21,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
+from bench_docs import replace_section
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.sim.config import Fleet, SimConfig
 from xpyd_controller.sim.policies import build_policy
@@ -36,7 +36,6 @@ from xpyd_controller.sim.traces import Trace
 
 ROWS = [("colocated", 0), ("disagg", 1), ("disagg", 4), ("disagg", 6)]
 RATES = (8.0, 28.0)
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
 SECTION = "## Fleet simulator speed (`benchmarks/simulator_speed.py`)"
 
 
@@ -217,10 +216,7 @@ Both simulators produce the same seed table (TTFT p50 and goodput identical in a
 Individual timings: fast {[round(x, 3) for x in fast_times]} s, baseline {[round(x, 3) for x in base_times]} s,
 day {[round(d[0], 1) for d in day]} s. Targets: seed table < 0.5 s, day < 60 s.
 """
-        text = DOCS.read_text(encoding="utf-8")
-        start = text.index(SECTION)
-        end = text.index("\n## ", start + len(SECTION))
-        DOCS.write_text(text[:start] + body.rstrip() + "\n" + text[end:], encoding="utf-8")
+        replace_section(SECTION, body)
     return 0
 
 

@@ -222,14 +222,14 @@ def builtin_scenarios() -> dict[str, Scenario]:
         seed.name: seed,
         "drift-day": _day(
             "drift-day",
-            "24 h at a diurnal 10 req/s whose mix drifts between chat-like and RAG-like lengths",
-            Traffic("drift", rate=10.0, swing=0.3, lengths=_CHAT, second_lengths=_RAG),
+            "24 h at a diurnal 30 req/s whose mix drifts between chat-like and RAG-like lengths",
+            Traffic("drift", rate=30.0, swing=0.5, lengths=_CHAT, second_lengths=_RAG),
             (4, 4),
         ),
         "azure-drift-day": _day(
             "azure-drift-day",
-            "24 h drifting between the Azure 2023 conversation and code length distributions",
-            Traffic("drift", rate=10.0, swing=0.3, lengths=_azure("conv"), second_lengths=_azure("code")),
+            "24 h at a diurnal 40 req/s drifting between the Azure 2023 conversation and code lengths",
+            Traffic("drift", rate=40.0, swing=0.5, lengths=_azure("conv"), second_lengths=_azure("code")),
             (4, 4),
         ),
         "step-10-20": _day(
@@ -240,8 +240,8 @@ def builtin_scenarios() -> dict[str, Scenario]:
         ),
         "diurnal-day": _day(
             "diurnal-day",
-            "24 h diurnal Poisson around 10 req/s (swing 0.8), chat-like lengths",
-            Traffic("diurnal", rate=10.0, swing=0.8, duration_s=DAY_S, lengths=_CHAT),
+            "24 h diurnal Poisson around 40 req/s (swing 0.8), chat-like lengths",
+            Traffic("diurnal", rate=40.0, swing=0.8, duration_s=DAY_S, lengths=_CHAT),
             (2, 4),
         ),
     }
