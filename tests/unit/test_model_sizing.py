@@ -83,7 +83,7 @@ def test_decode_batch_cap_by_hand() -> None:
     # The predicted step is the operating point: y·B = λ(TTFT + L_out·t_step(B)).
     step = float(plan["decode_step_seconds"])  # type: ignore[arg-type]
     batch = (step - weights / 3.35e12) * 3.35e12 / (context * kv)
-    assert batch * plan["decode_instances"] == pytest.approx(10.0 * (2.0 + 256 * step))  # type: ignore[operator]
+    assert batch * plan["decode_instances"] == pytest.approx(10.0 * (2.0 + 256 * step))
     assert plan["concurrency"] == pytest.approx(10.0 * (2.0 + 256 * step))
     assert step < step_at_cap < 0.05
 
