@@ -12,6 +12,7 @@ Baselines run in the same process, side by side, so machine load cancels out of 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import statistics
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -102,9 +104,7 @@ def measure(count: int, runs: int) -> str:
         ("seed formulas (mean sizing)", mean_slo),
         ("TTFT p90 with queueing + context p90", quantile_slo),
     ):
-        vectorised = median_seconds(
-            lambda slo=slo: size_pools(MODEL, GPU, LINK, workload, slo, pools=POOLS), runs
-        )
+        vectorised = median_seconds(partial(size_pools, MODEL, GPU, LINK, workload, slo, pools=POOLS), runs)
         per_scenario = scalar_loop_seconds(workload, slo)
         extrapolated = per_scenario * count
         lines.append(
@@ -121,8 +121,9 @@ def measure(count: int, runs: int) -> str:
     command = " ".join(["xpyd", *PLAN_COMMAND[1:]])
     return "\n".join(
         [
-            f"Machine: {platform.machine()}, {platform.processor() or 'unknown CPU'}, Python "
-            f"{platform.python_version()}, numpy {np.__version__}; medians of {runs} runs.",
+            f"Machine: {os.cpu_count()} cores {platform.machine()}, Python {platform.python_version()}, "
+            f"numpy {np.__version__}; 1-min load average {os.getloadavg()[0]:.1f} when done (the machine "
+            f"is shared); medians of {runs} runs.",
             "",
             "Command: `.venv/bin/python benchmarks/capacity_model.py "
             f"--scenarios {count} --runs {runs} --write docs/BENCHMARKS.md`",

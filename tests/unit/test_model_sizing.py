@@ -252,3 +252,58 @@ def test_invalid_inputs_name_field_value_and_rule(build: object, field: str, val
     if value is not None:
         assert caught.value.value == value
     assert "must" in caught.value.rule
+
+
+def test_length_moments_match_monte_carlo() -> None:
+    # The closed forms behind the queueing and context-quantile options, against sampling.
+    rng = np.random.default_rng(7)
+    isl, isl_std, osl, osl_std = 6000.0, 1500.0, 300.0, 90.0
+    prompts = rng.normal(isl, isl_std, 2_000_000)
+    outputs = np.clip(rng.normal(osl, osl_std, 2_000_000), 1, None)  # 3.3σ: a handful clipped
+    plan = size_pools(
+        LLAMA_70B, H100, IB, Workload(rate=1, isl=isl, osl=osl, isl_std=isl_std, osl_std=osl_std), LECTURE_SLO
+    )
+    crossover = LLAMA_70B.attention_crossover_tokens
+    assert crossover is not None
+    work = prompts + prompts**2 / crossover
+    per_token = 2 * LLAMA_70B.params / H100.effective_flops
+    assert float(plan.prefill_load) == pytest.approx(per_token * work.mean(), rel=2e-3)
+    # A batch slot samples requests in proportion to their output length, at a uniform point of it.
+    weights = outputs / outputs.sum()
+    picks = rng.choice(outputs.size, 2_000_000, p=weights)
+    slots = prompts[rng.permutation(prompts.size)] + rng.uniform(0, 1, picks.size) * outputs[picks]
+    assert float(plan.decode_context_tokens) == pytest.approx(slots.mean(), rel=2e-3)
+    # The context quantile's spread: 99 % of a one-slot batch's KV must fit within mean + z·std.
+    one_slot = size_pools(
+        LLAMA_70B,
+        H100,
+        IB,
+        Workload(rate=1, isl=isl, osl=osl, isl_std=isl_std, osl_std=osl_std),
+        Slo(ttft=2.0, tpot=0.05, context_quantile=0.99),
+        pools=PoolConfig(decode_gpus=2),
+    )
+    assert int(one_slot.decode_batch_cap) < int(
+        size_pools(
+            LLAMA_70B,
+            H100,
+            IB,
+            Workload(rate=1, isl=isl, osl=osl),
+            LECTURE_SLO,
+            pools=PoolConfig(decode_gpus=2),
+        ).decode_batch_cap
+    )
+    spread = np.sqrt(slots.var())
+    z = 2.3263478740408408
+    token_budget = (2 * 80e9 - LLAMA_70B.weight_footprint_bytes) / LLAMA_70B.kv_bytes_per_token
+    cap = int(one_slot.decode_batch_cap)
+    assert cap * slots.mean() + z * spread * np.sqrt(cap) <= token_budget * (1 + 1e-3)
+    assert (cap + 1) * slots.mean() + z * spread * np.sqrt(cap + 1) > token_budget * (1 - 1e-3)
+
+
+def test_service_spread_feeds_the_queue() -> None:
+    steady = Workload(rate=3, isl=4096, osl=256)
+    spread = Workload(rate=3, isl=4096, osl=256, isl_std=3000)
+    slo = Slo(ttft=4.0, tpot=0.05)
+    assert float(size_pools(LLAMA_8B, H100, IB, spread, slo).predicted_ttft_seconds) > float(
+        size_pools(LLAMA_8B, H100, IB, steady, slo).predicted_ttft_seconds
+    )

@@ -291,11 +291,10 @@ def _slot_context_moments(
     to their output length (length-biased): E = L_in + E[L_out²]/(2E[L_out]), which is the seeds'
     L_in + L_out/2 when lengths do not vary. Third moments assume normal lengths.
     """
-    out_second = osl**2 + osl_std**2
-    out_third = osl**3 + 3 * osl * osl_std**2
-    mean = isl + out_second / (2 * osl)
-    second = isl**2 + isl_std**2 + isl * out_second / osl + out_third / (3 * osl)
-    return mean, np.sqrt(np.maximum(second - mean**2, 0.0))
+    # Var = σ_in² + E[L_out³]/(3E[L_out]) − (E[L_out²]/(2E[L_out]))², with E[L³] = μ³ + 3μσ² (normal).
+    out_half = (osl * osl + osl_std * osl_std) / (2 * osl)
+    variance = isl_std * isl_std + (osl * osl + 3 * osl_std * osl_std) / 3 - out_half * out_half
+    return isl + out_half, np.sqrt(np.maximum(variance, 0.0))
 
 
 def _prefill_service_moments(
@@ -307,15 +306,14 @@ def _prefill_service_moments(
     """
     mu, sigma = workload_arrays["isl"], workload_arrays["isl_std"]
     kappa = 2 * model.compute_params * (1 - workload_arrays["hit_rate"]) / (gpus * gpu.effective_flops)
-    m2 = mu**2 + sigma**2
     crossover = model.attention_crossover_tokens
     if crossover is None:
-        return kappa * mu, sigma**2 / mu**2
-    m3 = mu**3 + 3 * mu * sigma**2
-    m4 = mu**4 + 6 * mu**2 * sigma**2 + 3 * sigma**4
-    mean_work = mu + m2 / crossover
-    second_work = m2 + 2 * m3 / crossover + m4 / crossover**2
-    return kappa * mean_work, second_work / mean_work**2 - 1
+        return kappa * mu, (sigma / mu) ** 2
+    # E[W] = μ + (μ² + σ²)/L*;  Var[W] = σ²((1 + 2μ/L*)² + 2σ²/L*²) for W = L + L²/L*, L normal.
+    mean_work = mu + (mu * mu + sigma * sigma) / crossover
+    slope = 1 + 2 * mu / crossover
+    variance = sigma * sigma * (slope * slope + 2 * (sigma / crossover) ** 2)
+    return kappa * mean_work, variance / (mean_work * mean_work)
 
 
 def _decode_operating_batch(
