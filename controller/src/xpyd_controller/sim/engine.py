@@ -389,7 +389,7 @@ class _Simulation:
         if op == _IDLE:
             self._add_member(best, rid)
             self._pump(best, t)
-        elif op == _CYCLE or (op == _CHUNK and best.op_n == 1):
+        elif op != _RUN and best.op_n == 1:
             self._add_member(best, rid)  # joins the step at the end of the cycle, or the next one
         else:
             self._truncate(best, t)
@@ -423,9 +423,9 @@ class _Simulation:
         """Start the next operation of an idle batch instance (the seed's alternation rule).
 
         Strict alternation (step, chunk, step, ...) is scheduled in fused pieces: a run of steps up
-        to the next departure when nothing waits for prefill; a *cycle* (one chunk, then one step)
-        while both a batch and a prefill queue exist; the head's remaining chunks back to back when
-        the batch is empty.
+        to the next departure when nothing waits for prefill; *cycles* (a chunk, then a step) while
+        both a batch and a prefill queue exist, all alike until the head's last chunk or the next
+        departure; the head's remaining chunks back to back when the batch is empty.
         """
         members, queue = inst.members, inst.queue
         if members and (not queue or not inst.alt):
@@ -438,13 +438,16 @@ class _Simulation:
         elif members:
             head = queue[0]
             chunk = self.chunk_s[head]
-            if inst.chunks_done + 1 == self.chunks:  # the head joins before the step
-                step = self._step_time(len(members) + 1, inst.ctx_sum + self.ctx[head])
-            else:
-                step = self._step_time(len(members), inst.ctx_sum)
+            left = self.chunks - inst.chunks_done
+            if left == 1:  # the head's last chunk: it joins before the step
+                n = 1
+                period = chunk + self._step_time(len(members) + 1, inst.ctx_sum + self.ctx[head])
+            else:  # identical cycles until the chunk before the last, or the next departure
+                n = min(left - 1, inst.departures[0][0] - inst.steps)
+                period = chunk + self._step_time(len(members), inst.ctx_sum)
             inst.op = _CYCLE
-            inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, chunk + step, step, 1
-            inst.op_end = t + chunk + step
+            inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, period, period, n
+            inst.op_end = t + n * period
         elif queue:
             chunk = self.chunk_s[queue[0]]
             n = self.chunks - inst.chunks_done
@@ -465,9 +468,9 @@ class _Simulation:
         first, step, start = inst.op_first, inst.op_step, inst.op_start
         if t >= start + first:
             done = 1 + min(int((t - start - first) / step), inst.op_n - 2)
-            if inst.op == _RUN:
+            if inst.op != _CHUNK:
                 self._complete_steps(inst, done, start, first, step)
-            else:
+            if inst.op != _RUN:
                 inst.chunks_done += done
             inst.op_start = start + first + (done - 1) * step
             inst.op_first = step
@@ -527,8 +530,8 @@ class _Simulation:
     def _op_end(self, inst: _Instance, t: float) -> None:
         op = inst.op
         inst.op = _IDLE
-        if op != _RUN:  # a chunk run or a cycle: the head's chunks
-            inst.chunks_done += inst.op_n if op == _CHUNK else 1
+        if op != _RUN:  # chunks or cycles: the head's chunks (it joins only at the last)
+            inst.chunks_done += inst.op_n
             if inst.chunks_done == self.chunks:
                 inst.chunks_done = 0
                 self._add_member(inst, inst.queue.popleft())
