@@ -17,7 +17,6 @@ quantile of the batch's total resident KV fits (normal approximation over the le
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from statistics import NormalDist
 from typing import TypeVar
@@ -34,7 +33,15 @@ from xpyd_controller.model.roofline import (
     kv_transfer_seconds,
     prefill_seconds,
 )
-from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
+from xpyd_controller.model.specs import (
+    GpuSpec,
+    LinkSpec,
+    ModelSpec,
+    SpecError,
+    require,
+    require_non_negative,
+    require_positive,
+)
 
 BoolArray = npt.NDArray[np.bool_]
 LabelArray = npt.NDArray[np.object_]  # Python str per scenario (object arrays: cheap to fill at 10^6)
@@ -43,25 +50,8 @@ BOUND_LABELS: LabelArray = np.array(["kv_capacity", "tpot_bandwidth", "tpot_comp
 AnyScalar = TypeVar("AnyScalar", bound=np.generic)
 
 
-def _validated(field: str, value: Numeric, rule: str, ok: Callable[[FloatArray], BoolArray]) -> FloatArray:
-    """`value` as a float array, or a SpecError naming the first element that breaks `rule`."""
-    array = np.asarray(value, dtype=np.float64)
-    bad = ~ok(array)
-    if bad.any():
-        raise SpecError(field, float(array[bad].flat[0]), rule)
-    return array
-
-
-def _positive(field: str, value: Numeric) -> FloatArray:
-    return _validated(field, value, "must be a finite number > 0", lambda a: np.isfinite(a) & (a > 0))
-
-
-def _non_negative(field: str, value: Numeric) -> FloatArray:
-    return _validated(field, value, "must be a finite number >= 0", lambda a: np.isfinite(a) & (a >= 0))
-
-
 def _whole(field: str, value: Numeric) -> FloatArray:
-    return _validated(
+    return require(
         field, value, "must be a whole number >= 1", lambda a: np.isfinite(a) & (a >= 1) & (a == np.round(a))
     )
 
@@ -87,20 +77,20 @@ class Workload:
     osl_std: Numeric = 0.0
 
     def __post_init__(self) -> None:
-        _non_negative("rate", self.rate)
-        _positive("isl", self.isl)
-        _positive("osl", self.osl)
-        _validated("hit_rate", self.hit_rate, "must be in [0, 1)", lambda a: (a >= 0) & (a < 1))
-        _non_negative("isl_std", self.isl_std)
-        _non_negative("osl_std", self.osl_std)
+        require_non_negative("rate", self.rate)
+        require_positive("isl", self.isl)
+        require_positive("osl", self.osl)
+        require("hit_rate", self.hit_rate, "must be in [0, 1)", lambda a: (a >= 0) & (a < 1))
+        require_non_negative("isl_std", self.isl_std)
+        require_non_negative("osl_std", self.osl_std)
 
     @classmethod
     def from_samples(
         cls, rate: float, input_tokens: Numeric, output_tokens: Numeric, hit_rate: float = 0.0
     ) -> Workload:
         """Means and spreads from observed request lengths."""
-        inputs = _positive("isl", input_tokens)
-        outputs = _positive("osl", output_tokens)
+        inputs = require_positive("isl", input_tokens)
+        outputs = require_positive("osl", output_tokens)
         return cls(
             rate=rate,
             isl=float(inputs.mean()),
@@ -137,10 +127,10 @@ class Slo:
     context_quantile: float | None = None
 
     def __post_init__(self) -> None:
-        _positive("ttft", self.ttft)
-        _positive("tpot", self.tpot)
+        require_positive("ttft", self.ttft)
+        require_positive("tpot", self.tpot)
         if self.transfer_budget is not None:
-            _positive("transfer_budget", self.transfer_budget)
+            require_positive("transfer_budget", self.transfer_budget)
         _quantile("ttft_quantile", self.ttft_quantile)
         _quantile("context_quantile", self.context_quantile)
 
@@ -157,8 +147,8 @@ class PoolConfig:
     def __post_init__(self) -> None:
         _whole("prefill_gpus", self.prefill_gpus)
         _whole("decode_gpus", self.decode_gpus)
-        _non_negative("step_overhead", self.step_overhead)
-        _non_negative("remote_overhead", self.remote_overhead)
+        require_non_negative("step_overhead", self.step_overhead)
+        require_non_negative("remote_overhead", self.remote_overhead)
 
 
 # Keys of `Plan.as_dict()` that DESIGN.md fixes for `xpyd plan --json`; tests hold the output to them.

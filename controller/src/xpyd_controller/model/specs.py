@@ -6,8 +6,11 @@ construction, so the vectorised formulas downstream never re-check them.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 
 class SpecError(ValueError):
@@ -23,22 +26,34 @@ class SpecError(ValueError):
         self.rule = rule
 
 
-def require_positive(field: str, value: float) -> None:
+def require(
+    field: str, value: object, rule: str, ok: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]]
+) -> npt.NDArray[np.float64]:
+    """`value` (a number or an array) as a float array, or a SpecError naming the first bad element."""
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError(field, value, "must be a number") from None
+    with np.errstate(invalid="ignore"):
+        bad = ~ok(array)
+    if bad.any():
+        raise SpecError(field, float(array[bad].flat[0]), rule)
+    return array
+
+
+def require_positive(field: str, value: object) -> npt.NDArray[np.float64]:
     """Reject NaN, infinities, zero and negatives."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise SpecError(field, value, "must be a finite number > 0")
+    return require(field, value, "must be a finite number > 0", lambda a: np.isfinite(a) & (a > 0))
 
 
-def require_non_negative(field: str, value: float) -> None:
+def require_non_negative(field: str, value: object) -> npt.NDArray[np.float64]:
     """Reject NaN, infinities and negatives (zero allowed)."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        raise SpecError(field, value, "must be a finite number >= 0")
+    return require(field, value, "must be a finite number >= 0", lambda a: np.isfinite(a) & (a >= 0))
 
 
-def require_fraction(field: str, value: float) -> None:
+def require_fraction(field: str, value: object) -> npt.NDArray[np.float64]:
     """Efficiencies are fractions of a peak: 0 < value <= 1."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= 1):
-        raise SpecError(field, value, "must be in (0, 1]")
+    return require(field, value, "must be in (0, 1]", lambda a: (a > 0) & (a <= 1))
 
 
 @dataclass(frozen=True)
