@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e.harness.procs import free_port, kill_pid_files, wait_until
+from e2e.harness.procs import become_subreaper, free_port, kill_and_reap, pids_in, wait_until
 from e2e.harness.testbin import testbin_dir
 
 PROVIDERS = ("kwok", "kind", "existing")
@@ -178,6 +178,7 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
         name=name, provider="kwok", kubeconfig=kubeconfig, bin_dir=bin_dir, logs_dir=cluster_dir / "logs"
     )
     kwokctl = str(bin_dir / "kwokctl")
+    become_subreaper()
     try:
         _run_step(
             "create the kwok cluster",
@@ -209,6 +210,7 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
         cluster.dump_logs()
         raise
     finally:
+        components = pids_in(workdir)
         with contextlib.suppress(Exception):
             subprocess.run(
                 [
@@ -225,7 +227,7 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
                 timeout=120,
                 check=False,
             )
-        kill_pid_files(workdir)  # anything kwokctl did not stop (it detaches components with setsid)
+        kill_and_reap(components)  # whatever kwokctl did not stop, and the zombies of what it did
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -56,15 +57,32 @@ def kill_pid(pid: int, grace: float = 5.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def kill_pid_files(directory: Path) -> list[int]:
-    """Kill every process named by a `*.pid` file under `directory`; returns the pids that were alive."""
-    killed = []
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (Linux), so detached processes we start can be reaped, not left defunct.
+
+    kwokctl starts components with setsid and exits; without this they are re-parented to PID 1, which in
+    some sandboxes never reaps them, and `ps` keeps showing zombies after teardown.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def pids_in(directory: Path) -> list[int]:
+    """The pids named by `*.pid` files under `directory`."""
+    pids = []
     for pid_file in sorted(directory.glob("**/*.pid")):
-        try:
-            pid = int(pid_file.read_text().strip())
-        except ValueError:
-            continue
-        if pid_alive(pid):
-            kill_pid(pid)
-            killed.append(pid)
-    return killed
+        with contextlib.suppress(ValueError, OSError):
+            pids.append(int(pid_file.read_text().strip()))
+    return pids
+
+
+def kill_and_reap(pids: list[int]) -> None:
+    """Stop whichever of `pids` still run (waiting until each has exited), then reap our adopted children."""
+    for pid in pids:
+        kill_pid(pid)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
