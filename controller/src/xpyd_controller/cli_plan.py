@@ -227,7 +227,8 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
             step_overhead=number("step_overhead"),
             remote_overhead=number("remote_overhead"),
         ),
-        model_name=args.model or "custom model",
+        model_name=(args.model or "custom model")
+        + (" (modified)" if args.model and _overrides(args, MODEL_FLAGS) else ""),
         gpu_name=args.gpu + (" (modified)" if _overrides(args, GPU_FLAGS) else ""),
         link_name=args.link + (" (modified)" if custom_link else ""),
     )
