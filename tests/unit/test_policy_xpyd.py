@@ -274,3 +274,26 @@ def test_decisions_always_within_limits_and_budget(
         if budget is not None:
             assert decision.prefill + decision.decode <= budget
         assert decision.binding and all(reason[0].isupper() for reason in decision.reasons)
+
+
+@pytest.mark.parametrize(
+    ("smoothing_s", "expected_isl"), [(0.0, 5000.0), (300.0, 1000.0 + 4000.0 * (1 - np.exp(-0.05)))]
+)
+def test_lengths_are_smoothed_but_the_rate_is_not(smoothing_s: float, expected_isl: float) -> None:
+    scaler = policy(length_smoothing_s=smoothing_s)
+    scaler.decide(observe(0, 1, 1, mean_input_tokens=1000.0), Limits())
+    decision = scaler.decide(observe(15, 1, 1, arrival_rate=33.0, mean_input_tokens=5000.0), Limits())
+    assert decision.details["mean_input_tokens"] == pytest.approx(expected_isl)
+    assert decision.details["arrival_rate"] == 33.0
+
+
+def test_a_single_long_prompt_window_does_not_flip_the_floor() -> None:
+    x, y = floor(20.0)
+    smoothed, raw = policy(), policy(length_smoothing_s=0)
+    for scaler in (smoothed, raw):
+        for t in range(0, 300, 15):
+            scaler.decide(observe(t, x, y), Limits())
+    spike = observe(300, x, y, mean_input_tokens=ISL * 1.5)
+    assert smoothed.decide(spike, Limits()).prefill == x
+    jumped = raw.decide(spike, Limits()).prefill
+    assert jumped is not None and jumped > x

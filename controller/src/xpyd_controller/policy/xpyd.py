@@ -38,6 +38,7 @@ class XpydConfig:
     ttft_quantile: float = 0.99  # size prefill so this quantile of TTFT (with queueing) meets the SLO
     context_quantile: float = 0.0  # > 0: size decode batches so their KV fits with this probability
     tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
+    length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
     up_window_s: float = 0.0
     down_window_s: float = 300.0
     up_instances: int = 4
@@ -68,6 +69,7 @@ class XpydConfig:
             "down_percent",
             "remote_overhead_s",
             "transfer_budget_s",
+            "length_smoothing_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -83,6 +85,25 @@ class _Demand:
     osl_std: float
     hit_rate: float
     partial: bool  # lengths came from an earlier window: may scale up, never down
+
+
+@dataclass
+class _Smoothed:
+    """An exponentially weighted moving average over time (time constant `tau_s`; 0 = latest value)."""
+
+    tau_s: float
+    value: tuple[float, ...] | None = None
+    _time_s: float = 0.0
+
+    def update(self, time_s: float, sample: tuple[float, ...]) -> None:
+        if self.value is None or self.tau_s == 0:
+            self.value = sample
+        else:
+            weight = 1.0 - math.exp(-max(time_s - self._time_s, 0.0) / self.tau_s)
+            self.value = tuple(
+                old + weight * (new - old) for old, new in zip(self.value, sample, strict=True)
+            )
+        self._time_s = time_s
 
 
 class XpydPolicy:
@@ -119,10 +140,14 @@ class XpydPolicy:
             context.decode_gpus_per_instance,
         )
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
-        self._last_lengths: tuple[float, float, float, float] | None = None
+        self._lengths = _Smoothed(config.length_smoothing_s)
 
     def _demand(self, observation: Observation) -> _Demand | str:
-        """What to size for, or the CamelCase reason why there is nothing trustworthy to size for."""
+        """What to size for, or the CamelCase reason why there is nothing trustworthy to size for.
+
+        The rate is the window's own (so a step is seen at once); lengths and the hit rate drift slowly
+        and are noisy in a short window, so they are smoothed over `length_smoothing_s`.
+        """
         rate = observation.arrival_rate
         if rate is None or not math.isfinite(rate) or rate < 0:
             return "MissingArrivalRate"
@@ -134,16 +159,17 @@ class XpydPolicy:
                 isl_std = std_from_quantile(isl, observation.p90_input_tokens, LENGTH_QUANTILE)
             if observation.p90_output_tokens is not None:
                 osl_std = std_from_quantile(osl, observation.p90_output_tokens, LENGTH_QUANTILE)
-            self._last_lengths = (isl, osl, isl_std, osl_std)
+            hit = observation.prefix_hit_rate
+            hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
+            self._lengths.update(observation.time_s, (isl, osl, isl_std, osl_std, hit_rate))
         elif rate > 0:
-            if self._last_lengths is None:
+            if self._lengths.value is None:
                 return "MissingRequestLengths"
             partial = True
-        if self._last_lengths is None:  # zero traffic before any request was ever seen
+        if self._lengths.value is None:  # zero traffic before any request was ever seen
             return _Demand(0.0, 1.0, 1.0, 0.0, 0.0, hit_rate=0.0, partial=False)
-        hit = observation.prefix_hit_rate
-        hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
-        return _Demand(rate, *self._last_lengths, hit_rate=hit_rate, partial=partial)
+        isl, osl, isl_std, osl_std, hit_rate = self._lengths.value
+        return _Demand(rate, isl, osl, isl_std, osl_std, hit_rate, partial)
 
     def _plan(self, demand: _Demand) -> Plan:
         """Plans for [demand, demand × (1 + tolerance)] × every candidate decode step budget, one call."""
