@@ -84,12 +84,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     (
         "replicas above max",
         manifest(prefill={"replicas": 5, "maxReplicas": 4}),
-        'spec.prefill.replicas: Invalid value: "object": replicas must be less than or equal to maxReplicas',
+        "spec.prefill.replicas: Invalid value: replicas must be less than or equal to maxReplicas",
     ),
     (
         "replicas below min",
         manifest(decode={"replicas": 1, "minReplicas": 2}),
-        'spec.decode.replicas: Invalid value: "object": replicas must be greater than or equal to minReplicas',
+        "spec.decode.replicas: Invalid value: replicas must be greater than or equal to minReplicas",
     ),
     ("ttft not positive", manifest(slo={"ttftSeconds": 0}), "spec.slo.ttftSeconds must be greater than 0"),
     ("tpot negative", manifest(slo={"tpotSeconds": -0.1}), "spec.slo.tpotSeconds must be greater than 0"),
@@ -104,7 +104,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         manifest(engine={"image": "s:1", "type": "sglang"}, conversion={"switchMethod": "Routing"}),
         "spec.conversion.switchMethod Routing needs instances that serve both roles",
     ),
-    ("router without image", manifest(router={"type": "sglang-router"}), "spec.router.image is required"),
+    (
+        "router without image",
+        {**manifest(), "spec": {**manifest()["spec"], "router": {"type": "sglang-router"}}},
+        "spec.router.image is required",
+    ),
     (
         "rollout that can never progress",
         manifest(rollout={"maxSurge": 0, "maxUnavailable": 0}),

@@ -96,6 +96,13 @@ class EngineSpec(_Model):
     env: tuple[dict[str, Any], ...] = ()
 
 
+class ResourcesSpec(_Model):
+    """Container resources besides GPUs (quantities as strings or integers, like core/v1)."""
+
+    limits: dict[str, str | int] = Field(default_factory=dict)
+    requests: dict[str, str | int] = Field(default_factory=dict)
+
+
 class PoolSpec(_Model):
     """One role's pool: how many instances and the parts of their pod template."""
 
@@ -104,15 +111,15 @@ class PoolSpec(_Model):
     max_replicas: int = Field(default=64, ge=0)
     gpus_per_instance: int = Field(default=1, ge=1, le=64)
     args: tuple[str, ...] = ()
-    resources: dict[str, Any] = Field(default_factory=dict)
+    resources: ResourcesSpec = ResourcesSpec()
     env: tuple[dict[str, Any], ...] = ()
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
-    affinity: dict[str, Any] = Field(default_factory=dict)
+    affinity: dict[str, Any] | None = None  # this role only; replaces spec.affinity
 
     def scheduling_key(self) -> tuple[Any, ...]:
-        """What decides where an instance can run; equal keys make two roles convertible."""
-        return (self.gpus_per_instance, self.resources, self.node_selector, self.tolerations, self.affinity)
+        """What decides where an instance can run (besides affinity); equal keys make two roles convertible."""
+        return (self.gpus_per_instance, self.resources, self.node_selector, self.tolerations)
 
 
 class RouterSpec(_Model):
@@ -160,6 +167,7 @@ class PDDeploymentSpec(_Model):
     engine: EngineSpec
     prefill: PoolSpec = PoolSpec()
     decode: PoolSpec = PoolSpec()
+    affinity: dict[str, Any] | None = None  # both roles
     router: RouterSpec = RouterSpec()
     conversion: ConversionSpec = ConversionSpec()
     rollout: RolloutSpec = RolloutSpec()
@@ -177,7 +185,7 @@ class PDDeploymentSpec(_Model):
         if self.conversion.enabled and not self.roles_compatible:
             raise ValueError(
                 "spec.conversion.enabled=true requires spec.prefill and spec.decode to have equal "
-                "gpusPerInstance, resources, nodeSelector, tolerations and affinity"
+                "gpusPerInstance, resources, nodeSelector and tolerations, and no per-role affinity"
             )
         if self.switch_method is SwitchMethod.ROUTING and self.engine.type is not EngineType.VLLM:
             raise ValueError(
@@ -195,7 +203,8 @@ class PDDeploymentSpec(_Model):
     @property
     def roles_compatible(self) -> bool:
         """True when an instance of one role could run as the other without moving (same scheduling)."""
-        return self.prefill.scheduling_key() == self.decode.scheduling_key()
+        same = self.prefill.scheduling_key() == self.decode.scheduling_key()
+        return same and self.prefill.affinity is None and self.decode.affinity is None
 
     @property
     def switch_method(self) -> SwitchMethod:

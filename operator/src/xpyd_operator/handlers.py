@@ -84,7 +84,7 @@ async def wake_on_change(uid: str, memo: kopf.Memo, **_: Any) -> None:
     _wake(memo, uid)
 
 
-@kopf.on.event("", "v1", "pods", labels={LABEL_COMPONENT: COMPONENT_INSTANCE}, id="wake-on-pod")
+@kopf.on.event("v1", "pods", labels={LABEL_COMPONENT: COMPONENT_INSTANCE}, id="wake-on-pod")
 async def wake_on_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A pod became ready, failed or vanished: reconcile its PDDeployment now, not at the next resync."""
     for owner in body.metadata.get("ownerReferences") or []:

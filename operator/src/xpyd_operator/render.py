@@ -95,11 +95,8 @@ def _engine_command(spec: PDDeploymentSpec) -> list[str]:
 
 def _resources(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
     pool = spec.pool(role)
-    resources: dict[str, Any] = json.loads(json.dumps(pool.resources))  # deep copy of plain JSON
-    gpus = str(pool.gpus_per_instance)
-    resources.setdefault("limits", {})[GPU_RESOURCE] = gpus
-    resources.setdefault("requests", {})[GPU_RESOURCE] = gpus
-    return resources
+    gpus = {GPU_RESOURCE: str(pool.gpus_per_instance)}
+    return {"limits": {**pool.resources.limits, **gpus}, "requests": {**pool.resources.requests, **gpus}}
 
 
 def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
@@ -124,8 +121,9 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
         pod_spec["nodeSelector"] = dict(pool.node_selector)
     if pool.tolerations:
         pod_spec["tolerations"] = list(pool.tolerations)
-    if pool.affinity:
-        pod_spec["affinity"] = pool.affinity
+    affinity = pool.affinity or spec.affinity
+    if affinity:
+        pod_spec["affinity"] = affinity
     return pod_spec
 
 
