@@ -90,7 +90,7 @@ def test_infeasible_transfer_in_words_and_exit_one(capsys: pytest.CaptureFixture
 def test_weights_that_do_not_fit_say_how_many_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_plan(capsys, "--model", "llama-3.1-70b", *TRAFFIC)
     assert code == 1
-    assert "needs --decode-gpus 2 or more" in out
+    assert "needs 2 or more GPUs per decode instance (--decode-gpus)" in out
     assert "nan" not in out.lower()
 
 

@@ -88,7 +88,8 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
             needed = math.floor(plan.weight_bytes / plan.gpu_hbm_bytes) + 1
             infeasible.append(
                 f"{side}: weights ({format_bytes(plan.weight_bytes)}) do not fit in {at(f'{side}_gpus'):g} "
-                f"× {format_bytes(plan.gpu_hbm_bytes)} of HBM: needs --{side}-gpus {needed} or more"
+                f"× {format_bytes(plan.gpu_hbm_bytes)} of HBM: needs {needed} or more GPUs per {side} instance "
+                f"(--{side}-gpus)"
             )
     if bool(np.asarray(plan.decode_weights_fit)[index]) and at("decode_batch_cap") < 1:
         if at("decode_tpot_cap") < 1:
@@ -99,7 +100,7 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
         else:
             infeasible.append(
                 f"decode: one session's KV ({format_bytes(kv * at('decode_context_tokens'))}) does not fit "
-                "in the HBM left after the weights: raise --decode-gpus"
+                "in the HBM left after the weights: more GPUs per decode instance (--decode-gpus)"
             )
     ttft, predicted = at("ttft_slo_seconds"), at("predicted_ttft_seconds")
     if bool(np.asarray(plan.prefill_weights_fit)[index]) and predicted > ttft:
