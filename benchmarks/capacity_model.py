@@ -15,11 +15,13 @@ import argparse
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -58,65 +60,87 @@ def scenarios(count: int, seed: int = 1) -> tuple[Workload, Slo, Slo]:
     return workload, mean_slo, quantile_slo
 
 
-def median_seconds(action: Callable[[], object], runs: int) -> float:
-    times = []
+@dataclass(frozen=True)
+class Timing:
+    """Medians of wall time and of CPU time (this process, or the child for subprocesses).
+
+    CPU time is what the work costs; wall time also holds the waits for the shared machine's cores.
+    """
+
+    wall: float
+    cpu: float
+
+
+def median_timing(action: Callable[[], object], runs: int, cpu_clock: Callable[[], float]) -> Timing:
+    walls, cpus = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), cpu_clock()
         action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(cpu_clock() - cpu)
+    return Timing(statistics.median(walls), statistics.median(cpus))
 
 
-def scalar_loop_seconds(workload: Workload, slo: Slo) -> float:
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def scalar_loop_timing(workload: Workload, slo: Slo) -> Timing:
     """Size the first SCALAR_SAMPLE scenarios one call each; seconds per scenario."""
     columns = {
         name: np.asarray(getattr(workload, name)) for name in ("rate", "isl", "osl", "hit_rate", "isl_std")
     }
     ttft, tpot = np.asarray(slo.ttft), np.asarray(slo.tpot)
-    start = time.perf_counter()
-    for i in range(SCALAR_SAMPLE):
-        one = Workload(**{name: float(values[i]) for name, values in columns.items()})
-        one_slo = Slo(
-            ttft=float(ttft[i]),
-            tpot=float(tpot[i]),
-            ttft_quantile=slo.ttft_quantile,
-            context_quantile=slo.context_quantile,
-        )
-        size_pools(MODEL, GPU, LINK, one, one_slo, pools=POOLS)
-    return (time.perf_counter() - start) / SCALAR_SAMPLE
+
+    def loop() -> None:
+        for i in range(SCALAR_SAMPLE):
+            one = Workload(**{name: float(values[i]) for name, values in columns.items()})
+            one_slo = Slo(
+                ttft=float(ttft[i]),
+                tpot=float(tpot[i]),
+                ttft_quantile=slo.ttft_quantile,
+                context_quantile=slo.context_quantile,
+            )
+            size_pools(MODEL, GPU, LINK, one, one_slo, pools=POOLS)
+
+    total = median_timing(loop, 1, time.process_time)
+    return Timing(total.wall / SCALAR_SAMPLE, total.cpu / SCALAR_SAMPLE)
 
 
-def process_seconds(command: list[str], runs: int) -> float:
+def process_timing(command: list[str], runs: int) -> Timing:
     def once() -> None:
         subprocess.run(command, check=True, capture_output=True)
 
     once()  # warm the page cache
-    return median_seconds(once, runs)
+    return median_timing(once, runs, children_cpu_seconds)
 
 
 def measure(count: int, runs: int) -> str:
     workload, mean_slo, quantile_slo = scenarios(count)
     lines = [
-        "| measurement | median | baseline (same run) | ratio |",
-        "|---|---|---|---|",
+        "| measurement | wall (median) | CPU (median) | baseline in the same run: wall / CPU | CPU ratio |",
+        "|---|---|---|---|---|",
     ]
     for label, slo in (
         ("seed formulas (mean sizing)", mean_slo),
         ("TTFT p90 with queueing + context p90", quantile_slo),
     ):
-        vectorised = median_seconds(partial(size_pools, MODEL, GPU, LINK, workload, slo, pools=POOLS), runs)
-        per_scenario = scalar_loop_seconds(workload, slo)
-        extrapolated = per_scenario * count
+        call = partial(size_pools, MODEL, GPU, LINK, workload, slo, pools=POOLS)
+        vectorised = median_timing(call, runs, time.process_time)
+        each = scalar_loop_timing(workload, slo)
         lines.append(
-            f"| {count:,} scenarios, one vectorised call, {label} | {vectorised:.3f} s "
-            f"| scalar calls: {per_scenario * 1e3:.2f} ms each → {extrapolated:.0f} s for {count:,} "
-            f"| {extrapolated / vectorised:.0f}× faster |"
+            f"| {count:,} scenarios, one vectorised call, {label} | {vectorised.wall:.3f} s "
+            f"| {vectorised.cpu:.3f} s | one scalar call per scenario: {each.wall * 1e3:.2f} / "
+            f"{each.cpu * 1e3:.2f} ms each, {each.cpu * count:.0f} s CPU for {count:,} "
+            f"| {each.cpu * count / vectorised.cpu:.0f}× less |"
         )
-    plan_wall = process_seconds(PLAN_COMMAND, runs)
-    floor = process_seconds([sys.executable, "-c", "import numpy"], runs)
+    plan = process_timing(PLAN_COMMAND, runs)
+    floor = process_timing([sys.executable, "-c", "import numpy"], runs)
     lines.append(
-        f"| `xpyd plan` process wall time (start to exit) | {plan_wall:.3f} s "
-        f"| `python -c 'import numpy'`: {floor:.3f} s | +{plan_wall - floor:.3f} s over the floor |"
+        f"| `xpyd plan` process, start to exit | {plan.wall:.3f} s | {plan.cpu:.3f} s "
+        f"| `python -c 'import numpy'`: {floor.wall:.3f} / {floor.cpu:.3f} s "
+        f"| +{plan.cpu - floor.cpu:.3f} s CPU over it |"
     )
     command = " ".join(["xpyd", *PLAN_COMMAND[1:]])
     return "\n".join(
