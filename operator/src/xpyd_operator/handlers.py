@@ -39,6 +39,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix=PERSISTENCE_PREFIX, key="last-handled-configuration"
     )
     settings.posting.enabled = False  # the reconciler posts its own, meaningful Events
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # not one line per handled watch event
     memo.reconciler = Reconciler(Kube(connect()), OperatorConfig.from_env())
     memo.wakeups = {}
 
