@@ -497,8 +497,12 @@ class _Simulation:
         fresh = inst.fresh
         hist = self.gap_hist
         settled = len(members) - len(fresh)
+        later = (k - 1) * len(members)  # tokens of the steps after the first, all gaps of `step`
         if settled:
             gap = first_end - inst.last_step_end
+            if not fresh and later and abs(gap - step) <= 1e-12 * step:  # one entry for the lot
+                settled += later
+                later = 0
             hist[gap] = hist.get(gap, 0) + settled
             _record_gap(inst, gap)
         if fresh:
@@ -512,8 +516,8 @@ class _Simulation:
                 ttft_values.append(first_end - arrival[rid])
             self.ttft_times.extend([first_end] * len(fresh))
             fresh.clear()
-        if k > 1:
-            hist[step] = hist.get(step, 0) + (k - 1) * len(members)
+        if later:
+            hist[step] = hist.get(step, 0) + later
             _record_gap(inst, step)
         inst.steps += k
         inst.last_step_end = first_end + (k - 1) * step
@@ -861,6 +865,10 @@ class _Simulation:
 def _record_gap(inst: _Instance, gap: float) -> None:
     """Push a token gap on the instance's monotonic stack (dropping smaller, older entries)."""
     at, values = inst.gap_max_at, inst.gap_max_value
+    if values and values[-1] == gap:  # the common case: the same step time again
+        at[-1] = inst.gap_count
+        inst.gap_count += 1
+        return
     while values and values[-1] <= gap:
         values.pop()
         at.pop()
