@@ -1,12 +1,14 @@
 """The event loop: instances, routing, KV handoff, admission, lifecycles and the policy in the loop.
 
 Speed comes from never simulating one decode step at a time when nothing changes: a batch runs a
-*run* of identical steps up to its next departure in one event, and an arrival or admission that
-lands mid-run truncates it to the step in flight (whose length was fixed when it started, as in the
-seed). A FIFO prefill instance knows each job's completion when the job is assigned, so prefills
-need no events at all. Seed semantics kept exactly: least-loaded routing with ties to the lowest
-index, strict chunk/step alternation on co-located GPUs, and a request admitted during a decode step
-takes part in that step (its first token comes at that step's end).
+*run* of identical steps up to its next departure in one event (co-located GPUs run *cycles*, a
+chunk then a step, alike until the prefill head's last chunk or the next departure). An arrival or
+admission that lands mid-run settles the steps already done; the step in flight keeps the length
+fixed when it started (as in the seed), and a newcomer extends it into the next run. A FIFO prefill
+instance knows each job's completion when the job is assigned, so prefills need no events at all.
+Seed semantics kept exactly: least-loaded routing with ties to the lowest index, strict chunk/step
+alternation on co-located GPUs, and a request admitted during a decode step takes part in that
+step (its first token comes at that step's end).
 """
 
 from __future__ import annotations
