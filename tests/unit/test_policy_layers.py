@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from xpyd_controller.policy.layers import (
     InFlightGuard,
-    RateLimit,
     RateLimiter,
+    ScalingBehavior,
     ScalingLayers,
     Stabilizer,
     enforce_limits,
@@ -50,21 +50,21 @@ def test_stabilizer_up_window_needs_a_sustained_rise() -> None:
 @pytest.mark.parametrize(
     ("limit", "steps", "expected"),
     [
-        (RateLimit(up_instances=4, up_percent=100), [(0, 2, 20)], [(6, "ScaleUpRateLimited")]),
-        (RateLimit(up_instances=4, up_percent=100), [(0, 10, 40)], [(20, "ScaleUpRateLimited")]),
-        (RateLimit(down_instances=1, down_percent=10), [(0, 30, 10)], [(27, "ScaleDownRateLimited")]),
-        (RateLimit(down_instances=1, down_percent=10), [(0, 5, 1)], [(4, "ScaleDownRateLimited")]),
+        (ScalingBehavior(up_instances=4, up_percent=100), [(0, 2, 20)], [(6, "ScaleUpRateLimited")]),
+        (ScalingBehavior(up_instances=4, up_percent=100), [(0, 10, 40)], [(20, "ScaleUpRateLimited")]),
+        (ScalingBehavior(down_instances=1, down_percent=10), [(0, 30, 10)], [(27, "ScaleDownRateLimited")]),
+        (ScalingBehavior(down_instances=1, down_percent=10), [(0, 5, 1)], [(4, "ScaleDownRateLimited")]),
         # steps inside one period do not compound: the base is the period's extreme
         (
-            RateLimit(up_instances=2, up_percent=0, period_s=60),
+            ScalingBehavior(up_instances=2, up_percent=0, rate_period_s=60),
             [(0, 4, 100), (30, 6, 100), (61, 6, 100)],
             [(6, "ScaleUpRateLimited"), (6, "ScaleUpRateLimited"), (8, "ScaleUpRateLimited")],
         ),
-        (RateLimit(), [(0, 5, 5), (10, 5, 7)], [(5, ""), (7, "")]),
+        (ScalingBehavior(), [(0, 5, 5), (10, 5, 7)], [(5, ""), (7, "")]),
     ],
 )
 def test_rate_limiter(
-    limit: RateLimit, steps: list[tuple[float, int, int]], expected: list[tuple[int, str]]
+    limit: ScalingBehavior, steps: list[tuple[float, int, int]], expected: list[tuple[int, str]]
 ) -> None:
     limiter = RateLimiter(limit)
     assert [limiter.apply(*step) for step in steps] == expected
@@ -114,7 +114,7 @@ def test_enforce_limits(
 
 
 def test_layers_hold_an_in_flight_pool() -> None:
-    layers = ScalingLayers(0.0, 300.0, RateLimit(), 1, 1)
+    layers = ScalingLayers(ScalingBehavior(), 1, 1)
     result = layers.apply(0.0, (2, 2), (5, 5), Limits(), held=(True, False))
     assert (result.prefill, result.decode) == (2, 5)
     assert "PrefillHeldInFlight" in result.reasons
@@ -156,7 +156,7 @@ def test_layers_always_within_limits_and_budget(
         decode_max=decode_min + spread,
         gpu_budget=None if budget_slack is None else floor + budget_slack,
     )
-    layers = ScalingLayers(30.0, 300.0, RateLimit(), *gpus)
+    layers = ScalingLayers(ScalingBehavior(up_window_s=30.0), *gpus)
     for index, (cur_p, cur_d, rec_p, rec_d, hold_p, hold_d) in enumerate(time_steps):
         result = layers.apply(15.0 * index, (cur_p, cur_d), (rec_p, rec_d), limits, (hold_p, hold_d))
         assert limits.prefill_min <= result.prefill <= limits.prefill_max

@@ -212,8 +212,8 @@ def test_infeasible_ttft_is_reported_and_still_sized() -> None:
     ("knobs", "message"),
     [
         ({"ttft_quantile": 0.3}, r"ttft_quantile = 0\.3: must be 0 \(mean sizing\) or in \[0\.5, 1\)"),
-        ({"tolerance": -0.1}, r"tolerance = -0\.1: must be in \[0, 1\)"),
-        ({"in_flight_timeout_s": 0}, r"in_flight_timeout_s = 0\.0: must be > 0"),
+        ({"tolerance": -0.1}, r"tolerance = -0\.1: must be in \[0, 0\.99\]"),
+        ({"in_flight_timeout_s": 0}, r"in_flight_timeout_s = 0\.0: must be a finite number > 0"),
         ({"down_window_s": -5}, r"down_window_s = -5\.0: must be a finite number >= 0"),
         ({"speed": 1}, "speed = 1: unknown knob"),
     ],

@@ -11,6 +11,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.limits import clamp
 from xpyd_controller.policy.types import Limits, PoolState
 
@@ -47,15 +48,47 @@ class Stabilizer:
         return result, "ScaleUpStabilized" if recommended > current else "ScaleDownStabilized"
 
 
-@dataclass(frozen=True)
-class RateLimit:
-    """How far a pool may move per `period_s`: the larger of an absolute and a relative step."""
+def require_in(
+    policy: str, name: str, value: float, low: float, high: float = math.inf, *, open_low: bool = False
+) -> None:
+    """Reject a knob outside [low, high] (or (low, high] with `open_low`), naming policy, knob and rule."""
+    ok = math.isfinite(value) and (value > low if open_low else value >= low) and value <= high
+    if not ok:
+        bounds = f"{'(' if open_low else '['}{low:g}, {high:g}]" if high != math.inf else None
+        rule = (
+            f"must be in {bounds}"
+            if bounds
+            else f"must be a finite number {'>' if open_low else '>='} {low:g}"
+        )
+        raise PolicyConfigError(policy, name, value, rule)
 
+
+@dataclass(frozen=True)
+class ScalingBehavior:
+    """The HPA `behavior` knobs of every policy built on `ScalingLayers` (config classes inherit them)."""
+
+    up_window_s: float = 0.0
+    down_window_s: float = 300.0
     up_instances: int = 4
     up_percent: float = 100.0
     down_instances: int = 1
     down_percent: float = 10.0
-    period_s: float = 60.0
+    rate_period_s: float = 60.0
+
+    def check_behavior(self, policy: str) -> None:
+        for name in (
+            "up_window_s",
+            "down_window_s",
+            "up_instances",
+            "up_percent",
+            "down_instances",
+            "down_percent",
+        ):
+            require_in(policy, name, getattr(self, name), 0)
+        require_in(policy, "rate_period_s", self.rate_period_s, 0, open_low=True)
+
+    def layers(self, prefill_gpus: int, decode_gpus: int) -> ScalingLayers:
+        return ScalingLayers(self, prefill_gpus, decode_gpus)
 
 
 @dataclass
@@ -63,11 +96,11 @@ class RateLimiter:
     """Caps movement relative to the pool's size at the start of the period (its extreme over the
     period), so several steps inside one period do not compound."""
 
-    limit: RateLimit
+    limit: ScalingBehavior
     _history: deque[tuple[float, int]] = field(default_factory=deque)
 
     def apply(self, time_s: float, current: int, desired: int) -> tuple[int, str]:
-        while self._history and self._history[0][0] <= time_s - self.limit.period_s:
+        while self._history and self._history[0][0] <= time_s - self.limit.rate_period_s:
             self._history.popleft()
         self._history.append((time_s, current))
         recent = [count for _, count in self._history]
@@ -158,18 +191,11 @@ class ScalingLayers:
 
     ROLES = ("Prefill", "Decode")
 
-    def __init__(
-        self,
-        up_window_s: float,
-        down_window_s: float,
-        rate_limit: RateLimit,
-        prefill_gpus: int = 1,
-        decode_gpus: int = 1,
-    ) -> None:
+    def __init__(self, behavior: ScalingBehavior, prefill_gpus: int = 1, decode_gpus: int = 1) -> None:
         self.prefill_gpus = prefill_gpus
         self.decode_gpus = decode_gpus
-        self._stabilizers = [Stabilizer(up_window_s, down_window_s) for _ in self.ROLES]
-        self._limiters = [RateLimiter(rate_limit) for _ in self.ROLES]
+        self._stabilizers = [Stabilizer(behavior.up_window_s, behavior.down_window_s) for _ in self.ROLES]
+        self._limiters = [RateLimiter(behavior) for _ in self.ROLES]
 
     def apply(
         self,

@@ -12,39 +12,29 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
-from xpyd_controller.policy.layers import RateLimit, ScalingLayers
+from xpyd_controller.policy.context import PolicyContext, configure
+from xpyd_controller.policy.layers import ScalingBehavior, require_in
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
 
 
 @dataclass(frozen=True)
-class ThresholdConfig:
+class ThresholdConfig(ScalingBehavior):
     """Targets and HPA behaviour; defaults follow the Kubernetes HPA where it has one."""
 
     prefill_queue_target: float = 2.0  # waiting requests per ready prefill instance
     decode_kv_target: float = 0.7  # fraction of KV cache in use per decode instance
     decode_running_target: float = 0.0  # running requests per decode instance; > 0 replaces the KV target
     tolerance: float = 0.1
-    up_window_s: float = 0.0
-    down_window_s: float = 300.0
-    up_instances: int = 4
-    up_percent: float = 100.0
-    down_instances: int = 1
-    down_percent: float = 100.0
+    down_percent: float = 100.0  # the HPA's default scale-down policy: 100 % per 15 s
     rate_period_s: float = 15.0
 
     def __post_init__(self) -> None:
-        for name in ("prefill_queue_target", "decode_kv_target", "rate_period_s"):
-            if not getattr(self, name) > 0:
-                raise PolicyConfigError("threshold", name, getattr(self, name), "must be > 0")
-        for name in ("decode_running_target", "up_window_s", "down_window_s", "up_percent", "down_percent"):
-            if not getattr(self, name) >= 0:
-                raise PolicyConfigError("threshold", name, getattr(self, name), "must be >= 0")
-        if not 0 <= self.tolerance < 1:
-            raise PolicyConfigError("threshold", "tolerance", self.tolerance, "must be in [0, 1)")
-        if self.decode_kv_target > 1:
-            raise PolicyConfigError("threshold", "decode_kv_target", self.decode_kv_target, "must be <= 1")
+        self.check_behavior("threshold")
+        require_in("threshold", "prefill_queue_target", self.prefill_queue_target, 0, open_low=True)
+        require_in("threshold", "decode_kv_target", self.decode_kv_target, 0, 1, open_low=True)
+        require_in("threshold", "decode_running_target", self.decode_running_target, 0)
+        require_in("threshold", "tolerance", self.tolerance, 0, 0.99)
 
 
 def _recommend(role: str, pool: PoolState, usage_ratio: float | None, tolerance: float) -> tuple[int, str]:
@@ -75,16 +65,7 @@ class ThresholdPolicy:
         self.config = config
         self.prefill_gpus = prefill_gpus
         self.decode_gpus = decode_gpus
-        limit = RateLimit(
-            config.up_instances,
-            config.up_percent,
-            config.down_instances,
-            config.down_percent,
-            config.rate_period_s,
-        )
-        self._layers = ScalingLayers(
-            config.up_window_s, config.down_window_s, limit, prefill_gpus, decode_gpus
-        )
+        self._layers = config.layers(prefill_gpus, decode_gpus)
 
     def _prefill_ratio(self, observation: Observation) -> float | None:
         queue = _zero_if_idle(observation.prefill_queue, observation)

@@ -22,7 +22,7 @@ import numpy as np
 
 from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools, std_from_quantile
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
-from xpyd_controller.policy.layers import InFlightGuard, RateLimit, ScalingLayers
+from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, require_in
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
@@ -32,48 +32,27 @@ STEP_BUDGET_FRACTIONS = np.linspace(0.05, 1.0, 39)
 
 
 @dataclass(frozen=True)
-class XpydConfig:
+class XpydConfig(ScalingBehavior):
     """Every knob of the xpyd policy; docs/tuning.md says when to change each."""
 
     ttft_quantile: float = 0.99  # size prefill so this quantile of TTFT (with queueing) meets the SLO
     context_quantile: float = 0.0  # > 0: size decode batches so their KV fits with this probability
     tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
     length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
-    up_window_s: float = 0.0
-    down_window_s: float = 300.0
-    up_instances: int = 4
-    up_percent: float = 100.0
-    down_instances: int = 1
-    down_percent: float = 10.0
-    rate_period_s: float = 60.0
     in_flight_timeout_s: float = 600.0
     remote_overhead_s: float = 0.0
     transfer_budget_s: float = 0.0  # seconds of TTFT for the KV transfer; 0 = the whole TTFT SLO
 
     def __post_init__(self) -> None:
+        self.check_behavior("xpyd")
         for name in ("ttft_quantile", "context_quantile"):
             value = getattr(self, name)
             if not (value == 0 or 0.5 <= value < 1):
                 raise PolicyConfigError("xpyd", name, value, "must be 0 (mean sizing) or in [0.5, 1)")
-        if not 0 <= self.tolerance < 1:
-            raise PolicyConfigError("xpyd", "tolerance", self.tolerance, "must be in [0, 1)")
-        for name in ("rate_period_s", "in_flight_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise PolicyConfigError("xpyd", name, getattr(self, name), "must be > 0")
-        for name in (
-            "up_window_s",
-            "down_window_s",
-            "up_instances",
-            "up_percent",
-            "down_instances",
-            "down_percent",
-            "remote_overhead_s",
-            "transfer_budget_s",
-            "length_smoothing_s",
-        ):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise PolicyConfigError("xpyd", name, value, "must be a finite number >= 0")
+        require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
+        require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
+        for name in ("remote_overhead_s", "transfer_budget_s", "length_smoothing_s"):
+            require_in("xpyd", name, getattr(self, name), 0)
 
 
 @dataclass(frozen=True)
@@ -125,20 +104,7 @@ class XpydPolicy:
             step_overhead=context.step_overhead_s,
             remote_overhead=config.remote_overhead_s,
         )
-        limit = RateLimit(
-            config.up_instances,
-            config.up_percent,
-            config.down_instances,
-            config.down_percent,
-            config.rate_period_s,
-        )
-        self._layers = ScalingLayers(
-            config.up_window_s,
-            config.down_window_s,
-            limit,
-            context.prefill_gpus_per_instance,
-            context.decode_gpus_per_instance,
-        )
+        self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
         self._lengths = _Smoothed(config.length_smoothing_s)
 
