@@ -1,0 +1,76 @@
+"""The harness cleans up after itself: no component outlives its context, even on Ctrl-C or failure."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.harness import ClusterError, LocalCluster, cluster_provider, start_cluster, start_prometheus
+from e2e.harness.cluster import _existing_cluster
+from e2e.harness.procs import kill_pid, pid_alive, pids_in, wait_until
+from e2e.harness.prometheus import scrape_config
+
+
+@pytest.mark.cluster
+def test_interrupted_cluster_is_torn_down_completely() -> None:
+    seen: dict[str, object] = {}
+    with pytest.raises(KeyboardInterrupt), start_cluster(nodes=1) as cluster:
+        assert cluster.logs_dir is not None
+        workdir = cluster.logs_dir.parents[2]
+        seen.update(pids=pids_in(workdir), workdir=workdir)
+        assert cluster.kubectl("get", "nodes", "-o", "name").stdout.split() == ["node/kwok-node-0"]
+        raise KeyboardInterrupt  # what Ctrl-C does in the middle of a test run
+    pids = seen["pids"]
+    assert isinstance(pids, list) and len(pids) >= 5  # etcd, apiserver, controller-manager, scheduler, kwok
+    assert [pid for pid in pids if pid_alive(pid)] == []
+    assert not Path(str(seen["workdir"])).exists()
+
+
+@pytest.mark.prometheus
+def test_prometheus_is_stopped_on_exit() -> None:
+    with start_prometheus(scrape_config([])) as prom:
+        pid = prom.pid
+        assert pid_alive(pid)
+    assert not pid_alive(pid)
+
+
+def test_unknown_provider_is_rejected_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XPYD_CLUSTER", "minikube")
+    with pytest.raises(ClusterError, match=r"XPYD_CLUSTER='minikube' is not one of kwok, kind, existing"):
+        cluster_provider()
+
+
+@pytest.mark.cluster
+def test_existing_provider_refuses_a_context_that_does_not_look_like_a_test_cluster(
+    kube_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kube_cluster.kubeconfig.read_text())
+    env = {**kube_cluster.env(), "KUBECONFIG": str(kubeconfig)}
+    kubectl = str(kube_cluster.bin_dir / "kubectl")
+    current = subprocess.run(
+        [kubectl, "config", "current-context"], env=env, capture_output=True, text=True, check=True
+    )
+    subprocess.run(
+        [kubectl, "config", "rename-context", current.stdout.strip(), "prod-eu-1"], env=env, check=True
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    with pytest.raises(ClusterError, match="refuses context 'prod-eu-1'"):
+        _existing_cluster()
+
+
+def test_wait_until_names_what_it_waited_for() -> None:
+    with pytest.raises(TimeoutError, match="timed out after 0s waiting for the moon"):
+        wait_until(lambda: False, 0.2, "the moon", interval=0.05)
+
+
+def test_kill_pid_escalates_to_sigkill_for_a_process_ignoring_sigterm() -> None:
+    stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 30"])
+    time.sleep(0.2)  # let bash install the trap
+    started = time.monotonic()
+    kill_pid(stubborn.pid, grace=0.5)
+    assert stubborn.wait(timeout=5) == -9
+    assert time.monotonic() - started < 5
