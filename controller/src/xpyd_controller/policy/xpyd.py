@@ -29,6 +29,16 @@ from xpyd_controller.policy.types import Decision, Limits, Observation
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
 # Decode step budgets tried, as fractions of the TPOT SLO (see `XpydPolicy._targets`).
 STEP_BUDGET_FRACTIONS = np.linspace(0.05, 1.0, 39)
+# Model predictions copied into `Decision.details` (Plan field names).
+PREDICTIONS = (
+    "prefill_load",
+    "prefill_utilisation",
+    "predicted_ttft_seconds",
+    "ttft_floor_seconds",
+    "concurrency",
+    "decode_batch_cap",
+    "decode_step_seconds",
+)
 
 
 @dataclass(frozen=True)
@@ -214,33 +224,24 @@ class XpydPolicy:
         gpus = plan.total_gpus + np.where(plan.decode_feasible & plan.prefill_weights_fit, 0, np.inf)
         # Prefer the loosest budget among equally cheap ones: the most slack below the SLO is kept.
         picks = [int(len(STEP_BUDGET_FRACTIONS) - 1 - np.argmin(row[::-1])) for row in gpus]
-        floor_row = plan.as_dict((0, picks[0]))
-        floors = (int(plan.prefill_instances[0, picks[0]]), int(plan.decode_instances[0, picks[0]]))
-        down = (int(plan.prefill_instances[1, picks[1]]), int(plan.decode_instances[1, picks[1]]))
-        for key in (
-            "prefill_load",
-            "prefill_utilisation",
-            "predicted_ttft_seconds",
-            "ttft_floor_seconds",
-            "concurrency",
-            "decode_batch_cap",
-            "decode_step_seconds",
-        ):
-            value = floor_row[key]
-            details[key] = float(value) if isinstance(value, int | float) else math.inf
+        at_floor, at_down = (0, picks[0]), (1, picks[1])
+        floors = (int(plan.prefill_instances[at_floor]), int(plan.decode_instances[at_floor]))
+        down = (int(plan.prefill_instances[at_down]), int(plan.decode_instances[at_down]))
+        for key in PREDICTIONS:
+            details[key] = float(getattr(plan, key)[at_floor])
         details["predicted_tpot_seconds"] = details.pop("decode_step_seconds")
         details["decode_step_budget_seconds"] = float(
             self.context.tpot_slo_s * STEP_BUDGET_FRACTIONS[picks[0]]
         )
         details["prefill_floor"], details["decode_floor"] = float(floors[0]), float(floors[1])
         details["prefill_down_target"], details["decode_down_target"] = float(down[0]), float(down[1])
-        if not floor_row["ttft_feasible"]:
+        if not plan.ttft_feasible[at_floor]:
             reasons.append("TtftSloBelowModelFloor")
-        if not floor_row["decode_feasible"]:
+        if not plan.decode_feasible[at_floor]:
             # The decode side cannot be built (weights do not fit): never size it to 0 because of that.
             reasons.append("DecodeInfeasible")
             floors, down = (floors[0], 0), (down[0], 1 << 30)
-        return floors, down, (str(floor_row["prefill_binding"]), str(floor_row["decode_batch_bound"]))
+        return floors, down, (str(plan.prefill_binding[at_floor]), str(plan.decode_batch_bound[at_floor]))
 
 
 def make_xpyd(context: PolicyContext) -> XpydPolicy:
