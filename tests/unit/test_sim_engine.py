@@ -10,7 +10,7 @@ import pytest
 
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.policy.types import Decision, Limits, Observation
-from xpyd_controller.sim.config import Control, Fleet, Realism, SimConfig
+from xpyd_controller.sim.config import Control, Fleet, Realism, SimConfig, SimConfigError
 from xpyd_controller.sim.engine import run_events
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.seed import SEED_HARDWARE, SEED_SLO, seed_requests
@@ -206,3 +206,22 @@ def test_shrink_while_the_other_pool_is_starting_converts_instead() -> None:
     ready = next(s for s in raw.samples if s.prefill_ready == 3)
     assert ready.time_s < 100.0 + 300.0  # the converted instance, not the cold start, arrived
     assert ready.decode_ready == 2
+
+
+def test_a_request_that_can_never_fit_is_rejected_up_front() -> None:
+    tiny = dataclasses.replace(
+        HW, gpu=dataclasses.replace(HW.gpu, hbm_bytes=HW.model.weight_footprint_bytes * 1.01)
+    )
+    cfg = dataclasses.replace(config(kv_capacity=True, kv_memory_fraction=1.0), hardware=tiny)
+    with pytest.raises(SimConfigError) as caught:
+        run_events(cfg, trace([0.0], [8000], [100]))
+    assert caught.value.field == "kv_capacity"
+
+
+@pytest.mark.parametrize(
+    ("mode", "prefill", "decode"), [("disagg", 0, 4), ("disagg", 4, 0), ("colocated", 0, 0)]
+)
+def test_fleets_that_cannot_serve_are_rejected(mode: str, prefill: int, decode: int) -> None:
+    with pytest.raises(SimConfigError) as caught:
+        Fleet(mode, prefill, decode)  # type: ignore[arg-type]
+    assert caught.value.field == "fleet"

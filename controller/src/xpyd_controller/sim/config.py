@@ -146,10 +146,14 @@ class Fleet:
         _require(self.mode in ("colocated", "disagg"), "mode", self.mode, "must be colocated or disagg")
         if self.mode == "colocated":
             _require(self.prefill == 0, "prefill", self.prefill, "must be 0 in colocated mode")
+            _require(self.decode >= 1, "fleet", (self.prefill, self.decode), "needs >= 1 GPU")
         else:
-            _require(self.prefill >= 0, "prefill", self.prefill, "must be >= 0")
-        _require(self.decode >= 0, "decode", self.decode, "must be >= 0")
-        _require(self.prefill + self.decode >= 1, "fleet", (self.prefill, self.decode), "needs >= 1 instance")
+            _require(
+                self.prefill >= 1 and self.decode >= 1,
+                "fleet",
+                (self.prefill, self.decode),
+                "a disaggregated fleet needs >= 1 prefill and >= 1 decode instance",
+            )
 
 
 @dataclass(frozen=True)

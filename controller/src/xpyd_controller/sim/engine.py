@@ -24,7 +24,7 @@ import numpy as np
 
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
-from xpyd_controller.sim.config import FloatArray, SimConfig
+from xpyd_controller.sim.config import FloatArray, SimConfig, SimConfigError
 from xpyd_controller.sim.stats import gap_bin
 from xpyd_controller.sim.traces import Trace
 
@@ -193,6 +193,14 @@ class _Simulation:
         free_hbm = hw.gpu.hbm_bytes * width * real.kv_memory_fraction - hw.model.weight_footprint_bytes
         self.kv_cap_tokens = max(0, int(free_hbm / hw.model.kv_bytes_per_token))
         self.enforce_kv = real.kv_capacity
+        largest = int(max(self.kv_need))
+        if self.enforce_kv and largest > self.kv_cap_tokens:
+            raise SimConfigError(
+                "kv_capacity",
+                self.kv_cap_tokens,
+                f"an instance holds {self.kv_cap_tokens} tokens of KV after the weights, but a request "
+                f"needs {largest}: it could never be admitted (more GPUs per instance or less context)",
+            )
         self.chunks = hw.prefill_chunks
         self.local_threshold = real.local_prefill_threshold if self.disagg else None
         self.step_tables: dict[int, list[float]] = {}
