@@ -23,7 +23,7 @@ from xpyd_controller.model.roofline import FloatArray, Numeric
 IntArray = npt.NDArray[np.int64]
 
 _SERIES_TOLERANCE = 1e-13
-_COMPACT_EVERY = 8
+_COMPACT_EVERY = 16
 
 
 def _erlang_b_at_first_stable_size(load: FloatArray) -> tuple[IntArray, FloatArray]:
@@ -33,28 +33,33 @@ def _erlang_b_at_first_stable_size(load: FloatArray) -> tuple[IntArray, FloatArr
     terms are harmless: they are below tolerance, or 0 once k > x₀).
     """
     servers = np.floor(load).astype(np.int64) + 1
-    inverse = np.ones_like(load)
-    index = np.flatnonzero(load > 0)
+    # One server (a < 1, often most scenarios): 1/B(1, a) = 1 + 1/a in closed form (inf, B = 0, at a → 0).
+    with np.errstate(divide="ignore", over="ignore"):
+        inverse = np.where(load < 1, 1 + 1 / load, 1.0)
+    index = np.flatnonzero(load >= 1)
     x = servers[index].astype(np.float64)
-    # Loads below 1e-300 would overflow the terms; for them B ≈ a ≈ 0 either way.
-    per_load = 1.0 / np.maximum(load[index], 1e-300)
+    per_load = 1.0 / load[index]
     term = np.ones_like(x)
     total = np.ones_like(x)
-    factor = np.empty_like(x)
+    factor = x * per_load  # (x₀ − k + 1)/a for k = 1, then lowered by 1/a per term
     k = 1
     while index.size:
-        np.subtract(x, k - 1, out=factor)
-        factor *= per_load
         term *= factor
         total += term
+        factor -= per_load
         if k % _COMPACT_EVERY == 0:
             done = (term < _SERIES_TOLERANCE * total) | (k >= x)
             if done.any():
                 inverse[index[done]] = total[done]
                 keep = ~done
                 index = index[keep]
-                x, per_load, term, total = x[keep], per_load[keep], term[keep], total[keep]
-                factor = np.empty_like(x)
+                x, per_load, term, total, factor = (
+                    x[keep],
+                    per_load[keep],
+                    term[keep],
+                    total[keep],
+                    factor[keep],
+                )
         k += 1
     return servers, 1.0 / inverse
 
