@@ -76,7 +76,7 @@ def instance_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict
 def is_ready(pdd: dict[str, Any]) -> bool:
     conditions = (pdd.get("status") or {}).get("conditions") or []
     generation = pdd["metadata"]["generation"]
-    return pdd["status"].get("observedGeneration") == generation and any(
+    return (pdd.get("status") or {}).get("observedGeneration") == generation and any(
         c["type"] == "Ready" and c["status"] == "True" for c in conditions
     )
 
@@ -184,7 +184,7 @@ def test_template_change_rolls_every_instance(
     body = manifest("roll", prefill={"replicas": 2}, conversion={"drainTimeoutSeconds": 1})
     apply(kube_cluster, namespace, body)
     wait_ready(kube_cluster, namespace, "roll")
-    before = set(roles(instance_pods(kube_cluster, namespace, "roll")))
+    before = {p["metadata"]["uid"] for p in instance_pods(kube_cluster, namespace, "roll")}
 
     patch_spec(kube_cluster, namespace, "roll", {"engine": {"args": ["--max-model-len", "8192"]}})
     pdd = wait_ready(kube_cluster, namespace, "roll", timeout=120)
@@ -199,7 +199,7 @@ def test_template_change_rolls_every_instance(
 
     wait_until(rolled, 120, "every instance on the new template")
     after = instance_pods(kube_cluster, namespace, "roll")
-    assert not before & {p["metadata"]["name"] for p in after}
+    assert not before & {p["metadata"]["uid"] for p in after}, "every old instance was replaced"
     assert all("--max-model-len" in p["spec"]["containers"][0]["args"] for p in after)
     status = get_json(kube_cluster, "pdd", "roll", "-n", namespace)["status"]
     assert status["prefill"]["updated"] == 2 and status["decode"]["updated"] == 1

@@ -1,0 +1,144 @@
+"""In-place role conversion on the real cluster: same pods, same nodes, new role; exactly once.
+
+The engines are `EngineStub` endpoints; their in-flight counts hold a drain open or let it finish.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import wait_until
+from tests.integration.test_crd_validation import manifest, pdd_crd
+from tests.integration.test_operator_lifecycle import (
+    OperatorFactory,
+    apply,
+    engines,
+    events,
+    instance_pods,
+    patch_spec,
+    point_at_engines,
+    roles,
+    start_operator,
+    wait_ready,
+)
+
+from xpyd_api.names import ANNOTATION_CONVERSIONS, ANNOTATION_TRANSITION
+from xpyd_operator.testing import EngineStub
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
+__all__ = ["engines", "pdd_crd", "start_operator"]  # re-exported fixtures
+
+
+def placement(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Pod name -> (uid, node): unchanged means the very same pod stayed where it was."""
+    return {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in pods}
+
+
+def conversions(pod: dict[str, Any]) -> int:
+    return int((pod["metadata"].get("annotations") or {}).get(ANNOTATION_CONVERSIONS, "0"))
+
+
+def settled(cluster: LocalCluster, namespace: str, name: str, prefill: int, decode: int) -> bool:
+    pods = instance_pods(cluster, namespace, name)
+    in_transition = [p for p in pods if ANNOTATION_TRANSITION in (p["metadata"].get("annotations") or {})]
+    counts = sorted(roles(pods).values())
+    return not in_transition and counts == sorted(["prefill"] * prefill + ["decode"] * decode)
+
+
+def start_pdd(
+    cluster: LocalCluster, namespace: str, name: str, stub: EngineStub, in_flight: int, **spec: Any
+) -> dict[str, tuple[str, str]]:
+    """A 1 prefill + 2 decode PDDeployment, Ready, its pods pointed at `stub` with `in_flight` each."""
+    body = manifest(name, prefill={"replicas": 1}, decode={"replicas": 2}, **spec)
+    apply(cluster, namespace, body)
+    wait_ready(cluster, namespace, name)
+    pods = instance_pods(cluster, namespace, name)
+    for pod in pods:
+        stub.set_in_flight(pod["metadata"]["name"], in_flight)
+    point_at_engines(cluster, namespace, stub, pods)
+    return placement(pods)
+
+
+def test_convert_decode_to_prefill_and_back(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
+) -> None:
+    start_operator()
+    before = start_pdd(kube_cluster, namespace, "conv", engines, in_flight=0)
+
+    patch_spec(kube_cluster, namespace, "conv", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}})
+    wait_until(lambda: settled(kube_cluster, namespace, "conv", 2, 1), 60, "decode->prefill conversion")
+    pods = instance_pods(kube_cluster, namespace, "conv")
+    assert placement(pods) == before, "a conversion must keep the same pods on the same nodes"
+    converted = [p for p in pods if conversions(p) == 1]
+    assert len(converted) == 1 and converted[0]["metadata"]["labels"]["xpyd.dev/role"] == "prefill"
+    assert converted[0]["metadata"]["labels"]["xpyd.dev/serving"] == "true"
+    wait_ready(kube_cluster, namespace, "conv")
+
+    patch_spec(kube_cluster, namespace, "conv", {"prefill": {"replicas": 1}, "decode": {"replicas": 2}})
+    wait_until(lambda: settled(kube_cluster, namespace, "conv", 1, 2), 60, "prefill->decode conversion")
+    pods = instance_pods(kube_cluster, namespace, "conv")
+    assert placement(pods) == before
+    assert sum(conversions(p) for p in pods) == 2
+    assert len(events(kube_cluster, namespace, "Converted")) == 2
+    assert len(events(kube_cluster, namespace, "Created")) == 3, "no instance was created for a conversion"
+    assert not events(kube_cluster, namespace, "Deleted")
+
+
+def test_operator_killed_mid_conversion_resumes_exactly_once(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
+) -> None:
+    first = start_operator()
+    drain = {"drainTimeoutSeconds": 600}
+    before = start_pdd(kube_cluster, namespace, "crash", engines, in_flight=3, conversion=drain)
+
+    patch_spec(kube_cluster, namespace, "crash", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}})
+
+    def draining() -> list[str]:
+        pods = instance_pods(kube_cluster, namespace, "crash")
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if '"Draining"' in (p["metadata"].get("annotations") or {}).get(ANNOTATION_TRANSITION, "")
+        ]
+
+    wait_until(lambda: len(draining()) == 1, 60, "a conversion to start draining")
+    victim = draining()[0]
+    first.kill()  # SIGKILL: no chance to clean up
+    for name in before:
+        engines.set_in_flight(name, 0)
+    start_operator()
+
+    wait_until(lambda: settled(kube_cluster, namespace, "crash", 2, 1), 60, "the conversion to complete")
+    pods = {p["metadata"]["name"]: p for p in instance_pods(kube_cluster, namespace, "crash")}
+    assert placement(list(pods.values())) == before
+    assert pods[victim]["metadata"]["labels"]["xpyd.dev/role"] == "prefill"
+    assert conversions(pods[victim]) == 1
+    assert sum(conversions(p) for p in pods.values()) == 1
+    converted = events(kube_cluster, namespace, "Converted")
+    assert len(converted) == 1 and victim in converted[0], converted
+
+
+def test_http_switch_is_called_once_and_verified(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
+) -> None:
+    start_operator()
+    spec: dict[str, Any] = {
+        "engine": {"image": "sglang:1", "type": "sglang"},
+        "router": {"type": "sglang-router"},
+    }
+    before = start_pdd(kube_cluster, namespace, "sgl", engines, in_flight=0, **spec)
+    for name, role in roles(instance_pods(kube_cluster, namespace, "sgl")).items():
+        engines.roles[name] = role
+
+    patch_spec(kube_cluster, namespace, "sgl", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}})
+    wait_until(lambda: settled(kube_cluster, namespace, "sgl", 2, 1), 60, "HTTP-switched conversion")
+    pods = instance_pods(kube_cluster, namespace, "sgl")
+    assert placement(pods) == before
+    converted = [p["metadata"]["name"] for p in pods if conversions(p) == 1]
+    assert engines.switch_calls == [(converted[0], "prefill")]
+    args = pods[0]["spec"]["containers"][0]["args"]
+    assert args[args.index("--disaggregation-mode") + 1] == "$(XPYD_ROLE)"
+    assert json.dumps(args).count("--enable-pd-role-switch") == 1
