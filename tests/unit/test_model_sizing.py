@@ -307,3 +307,27 @@ def test_service_spread_feeds_the_queue() -> None:
     assert float(size_pools(LLAMA_8B, H100, IB, spread, slo).predicted_ttft_seconds) > float(
         size_pools(LLAMA_8B, H100, IB, steady, slo).predicted_ttft_seconds
     )
+
+
+def test_context_quantile_covers_poisson_swings_of_sessions() -> None:
+    # The simulator's finding (docs/BENCHMARKS.md, model vs simulator): at 4 req/s of 6000/600-token
+    # requests and a 30 ms TPOT, one decode instance holds the mean but not the swings of a Poisson
+    # number of sessions. With a 0.99 context quantile the pool covers the compound-Poisson tokens.
+    workload = Workload(rate=4, isl=6000, osl=600, isl_std=1800, osl_std=180)
+    pools = PoolConfig(step_overhead=0.005)
+    mean = size_pools(LLAMA_8B, H100, IB, workload, Slo(ttft=0.6, tpot=0.03), pools=pools)
+    tail = size_pools(
+        LLAMA_8B, H100, IB, workload, Slo(ttft=0.6, tpot=0.03, context_quantile=0.99), pools=pools
+    )
+    assert int(mean.decode_instances) == 1
+    assert int(tail.decode_instances) == 2
+    kv, weights = LLAMA_8B.kv_bytes_per_token, LLAMA_8B.weight_footprint_bytes
+    token_budget = min((80e9 - weights) / kv, ((0.03 - 0.005) * 3.35e12 - weights) / kv)
+    step_at_cap = (
+        0.005 + (weights + int(tail.decode_batch_cap) * float(tail.decode_context_tokens) * kv) / 3.35e12
+    )
+    sessions = 4 * (0.6 + 600 * step_at_cap)
+    m = float(tail.decode_context_tokens)
+    s = float(np.sqrt(1800**2 + (600**2 + 3 * 180**2) / 3 - ((600**2 + 180**2) / 1200) ** 2))
+    tokens_q = sessions * m + 2.3263478740408408 * np.sqrt(sessions * (m * m + s * s))
+    assert token_budget < tokens_q <= 2 * token_budget

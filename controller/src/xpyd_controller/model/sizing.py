@@ -10,8 +10,9 @@ With the defaults (no length spread, no quantiles) it is exactly the lecture's x
 - L_thresh = O_fixed / (2P/(k_P·π_eff) − kv/BW).
 
 Beyond the seeds (opt-in through `Slo`): `ttft_quantile` sizes prefill so the TTFT quantile *with
-queueing* meets the SLO (M/G/x, see `queueing`); `context_quantile` sizes the decode batch so that
-quantile of the batch's total resident KV fits (normal approximation over the length spread).
+queueing* meets the SLO (M/G/x, see `queueing`); `context_quantile` sizes the decode batch cap and the
+decode pool so that quantile of the resident KV fits (the length spread within a batch, and the
+Poisson swings of the number of sessions across the pool).
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ class Slo:
 
     `transfer_budget`: the part of TTFT allowed for the serialized KV transfer (None = all of it).
     `ttft_quantile`: None sizes prefill for throughput only (the seeds); q sizes it so that the
-    q-quantile TTFT including queueing meets `ttft`. `context_quantile`: None sizes the decode batch
-    on mean context (the seeds); q sizes it so the batch's KV stays within bounds with probability q.
+    q-quantile TTFT including queueing meets `ttft`. `context_quantile`: None sizes decode on mean
+    context and mean concurrency (the seeds); q sizes the batch cap and the pool so the resident KV
+    stays within the KV and TPOT bounds with probability q.
     """
 
     ttft: Numeric
@@ -392,10 +394,10 @@ def size_pools(
     slot_mean, slot_std = _slot_context_moments(isl, osl, arrays["isl_std"], arrays["osl_std"])
     z_context = 0.0 if slo.context_quantile is None else NormalDist().inv_cdf(slo.context_quantile)
     step_budget = tpot_slo - step_overhead
-    kv_cap = _batch_within((g_d * gpu.hbm_bytes - weights) / kv, slot_mean, slot_std, z_context)
-    bandwidth_cap = _batch_within(
-        (step_budget * g_d * gpu.effective_bandwidth - weights) / kv, slot_mean, slot_std, z_context
-    )
+    kv_tokens = (g_d * gpu.hbm_bytes - weights) / kv  # resident tokens one instance can hold
+    bandwidth_tokens = (step_budget * g_d * gpu.effective_bandwidth - weights) / kv  # ... read per step
+    kv_cap = _batch_within(kv_tokens, slot_mean, slot_std, z_context)
+    bandwidth_cap = _batch_within(bandwidth_tokens, slot_mean, slot_std, z_context)
     compute_cap = np.floor(
         np.maximum(step_budget, 0) * g_d * gpu.effective_flops / (2 * model.compute_params) * (1 + 1e-12)
     ).astype(np.int64)
@@ -409,9 +411,18 @@ def size_pools(
     )
     # Sessions last TTFT + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
     # y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
-    decode_instances = np.where(
-        decode_ok, np.ceil(rate * (ttft_slo + osl * step_at_cap) / np.maximum(batch_cap, 1)), 0
-    ).astype(np.int64)
+    sessions = rate * (ttft_slo + osl * step_at_cap)
+    needed = np.ceil(sessions / np.maximum(batch_cap, 1))
+    if z_context > 0:
+        # Sessions in the system are Poisson (M/G/∞), so the pool's resident tokens are compound
+        # Poisson: mean C·m, variance C·(m² + s²). Size the pool (balanced routing) for its q-quantile.
+        tokens = sessions * slot_mean + z_context * np.sqrt(sessions * (slot_mean**2 + slot_std**2))
+        token_budget = np.maximum(np.minimum(kv_tokens, bandwidth_tokens), 1.0)
+        count = sessions + z_context * np.sqrt(sessions)
+        needed = np.maximum(
+            needed, np.maximum(np.ceil(tokens / token_budget), np.ceil(count / np.maximum(compute_cap, 1)))
+        )
+    decode_instances = np.where(decode_ok, needed, 0).astype(np.int64)
     operating_batch = _decode_operating_batch(
         model,
         gpu,
