@@ -26,6 +26,7 @@ def words(**case: object) -> str:
             tpot=case.get("tpot", 0.05),  # type: ignore[arg-type]
             transfer_budget=case.get("budget"),  # type: ignore[arg-type]
             ttft_quantile=case.get("quantile"),  # type: ignore[arg-type]
+            context_quantile=case.get("context"),  # type: ignore[arg-type]
         ),
         pools=case.get("pools", PoolConfig()),  # type: ignore[arg-type]
     )
@@ -43,6 +44,7 @@ def words(**case: object) -> str:
             "to meet the TTFT quantile with queueing (throughput alone needs 2",
         ),
         ({"tpot": 0.012, "isl": 512}, "bound by TPOT bandwidth"),
+        ({"rate": 10.0, "isl": 6000, "ttft": 0.6, "tpot": 0.03, "context": 0.99}, "Poisson swings"),
         (
             {"model": LLAMA_70B, "isl": 131072, "ttft": 400, "budget": 0.2, "pools": PoolConfig(8, 8)},
             "KV transfer of 42.9 GB takes 859 ms on the-link: over the 200 ms budget; needs NVLink or KV compression",

@@ -321,6 +321,10 @@ def test_context_quantile_covers_poisson_swings_of_sessions() -> None:
     )
     assert int(mean.decode_instances) == 1
     assert int(tail.decode_instances) == 2
+    assert (mean.as_dict()["decode_binding"], tail.as_dict()["decode_binding"]) == (
+        "mean_concurrency",
+        "context_quantile",
+    )
     kv, weights = LLAMA_8B.kv_bytes_per_token, LLAMA_8B.weight_footprint_bytes
     token_budget = min((80e9 - weights) / kv, ((0.03 - 0.005) * 3.35e12 - weights) / kv)
     step_at_cap = (

@@ -78,9 +78,11 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
         "tpot_bandwidth": "TPOT bandwidth (weights + KV read within the TPOT SLO)",
         "tpot_compute": "TPOT compute (2·P FLOPs per token within the TPOT SLO)",
     }[bound]
+    swings = str(np.asarray(plan.decode_binding)[index]) == "context_quantile"
     binding.append(
-        f"decode: {_count(int(at('decode_instances')))} for {at('concurrency'):.3g} concurrent sessions, "
-        f"batch cap {int(at('decode_batch_cap'))} per instance bound by {bound_words}"
+        f"decode: {_count(int(at('decode_instances')))} for {at('concurrency'):.3g} concurrent sessions"
+        + (" and their Poisson swings at the context quantile" if swings else "")
+        + f", batch cap {int(at('decode_batch_cap'))} per instance bound by {bound_words}"
     )
 
     for side in ("prefill", "decode"):

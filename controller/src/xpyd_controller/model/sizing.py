@@ -48,6 +48,7 @@ BoolArray = npt.NDArray[np.bool_]
 LabelArray = npt.NDArray[np.object_]  # Python str per scenario (object arrays: cheap to fill at 10^6)
 BINDING_LABELS: LabelArray = np.array(["throughput", "ttft_quantile"], dtype=object)
 BOUND_LABELS: LabelArray = np.array(["kv_capacity", "tpot_bandwidth", "tpot_compute"], dtype=object)
+DECODE_BINDING_LABELS: LabelArray = np.array(["mean_concurrency", "context_quantile"], dtype=object)
 AnyScalar = TypeVar("AnyScalar", bound=np.generic)
 
 
@@ -203,6 +204,7 @@ class Plan:
     decode_kv_capacity_cap: IntArray
     decode_tpot_cap: IntArray
     decode_instances: IntArray
+    decode_binding: LabelArray  # "mean_concurrency" (⌈C/B_cap⌉) | "context_quantile" (session swings)
     decode_step_seconds: FloatArray  # at the operating batch C/y: the predicted TPOT
     tpot_floor_seconds: FloatArray  # step overhead + weight read W/β: TPOT at batch → 0
     prefill_weights_fit: BoolArray  # weights W < prefill GPUs × HBM
@@ -412,7 +414,8 @@ def size_pools(
     # Sessions last TTFT + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
     # y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
     sessions = rate * (ttft_slo + osl * step_at_cap)
-    needed = np.ceil(sessions / np.maximum(batch_cap, 1))
+    mean_needed = np.ceil(sessions / np.maximum(batch_cap, 1))
+    needed = mean_needed
     if z_context > 0:
         # Sessions in the system are Poisson (M/G/∞), so the pool's resident tokens are compound
         # Poisson: mean C·m, variance C·(m² + s²). Size the pool (balanced routing) for its q-quantile.
@@ -423,6 +426,7 @@ def size_pools(
             needed, np.maximum(np.ceil(tokens / token_budget), np.ceil(count / np.maximum(compute_cap, 1)))
         )
     decode_instances = np.where(decode_ok, needed, 0).astype(np.int64)
+    decode_binding = DECODE_BINDING_LABELS[(needed > mean_needed).astype(np.int8)]
     operating_batch = _decode_operating_batch(
         model,
         gpu,
@@ -491,6 +495,7 @@ def size_pools(
         decode_kv_capacity_cap=full(np.maximum(kv_cap, 0)),
         decode_tpot_cap=full(np.maximum(tpot_cap, 0)),
         decode_instances=full(decode_instances),
+        decode_binding=full(decode_binding),
         decode_step_seconds=full(step),
         tpot_floor_seconds=full(tpot_floor),
         prefill_weights_fit=full(np.asarray(weights < g_p * gpu.hbm_bytes)),
