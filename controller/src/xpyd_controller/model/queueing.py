@@ -121,8 +121,7 @@ def min_servers_for_wait_quantile(
 ) -> tuple[IntArray, FloatArray]:
     """Smallest pool whose q-quantile wait is within `wait_budget` seconds (≥ ⌊a⌋ + 1), and that wait.
 
-    Terminates for any budget ≥ 0: once C(x, a) ≤ 1 − q the quantile wait is 0. Callers flag
-    budgets < 0 (the SLO is below the service-time floor) themselves; those get ⌊a⌋ + 1 here.
+    Terminates for any budget ≥ 0 (callers clip): once C(x, a) ≤ 1 − q the quantile wait is 0.
     """
     shape = np.broadcast_shapes(
         np.shape(load), np.shape(mean_service), np.shape(service_cv2), np.shape(wait_budget)
@@ -145,7 +144,7 @@ def min_servers_for_wait_quantile(
         waiting = _erlang_c_from_b(x, a, b)
         with np.errstate(divide="ignore"):
             log_ratio = np.log(np.maximum(waiting, threshold) / threshold)
-        over = (waiting > threshold) & (scaled * log_ratio > budget * (x - a)) & (budget >= 0)
+        over = (waiting > threshold) & (scaled * log_ratio > budget * (x - a))
         servers[index], blocking[index] = x, b
         index = index[over]
         x, a, b, scaled, budget = x[over], a[over], b[over], scaled[over], budget[over]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from statistics import NormalDist
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -351,6 +351,173 @@ def dp_ratio(
     return result
 
 
+class _Handoff(NamedTuple):
+    """The KV handoff of the mean prompt and the local-prefill threshold."""
+
+    prompt_prefill: FloatArray  # mean prompt on one prefill instance, hit rate applied
+    transfer: FloatArray
+    exposed: FloatArray
+    overlap: BoolArray
+    threshold: FloatArray
+
+
+def _handoff(
+    model: ModelSpec, gpu: GpuSpec, link: LinkSpec, w: dict[str, FloatArray], pools: PoolConfig
+) -> _Handoff:
+    g_p = np.asarray(pools.prefill_gpus, np.float64)
+    prompt_prefill = prefill_seconds(model, gpu, w["isl"], g_p, hit_rate=w["hit_rate"])
+    # The decode side needs the whole prompt's KV, the cached part included.
+    transfer = kv_transfer_seconds(model, link, w["isl"])
+    wire = transfer - link.overhead
+    exposed = link.overhead + np.maximum(
+        wire / model.layers, wire - (model.layers - 1) / model.layers * prompt_prefill
+    )
+    per_token_compute = 2 * model.compute_params / (g_p * gpu.effective_flops)
+    per_token_wire = model.kv_bytes_per_token / link.bandwidth
+    with np.errstate(divide="ignore"):
+        threshold = np.where(
+            per_token_compute > per_token_wire,
+            np.asarray(pools.remote_overhead, np.float64) / (per_token_compute - per_token_wire),
+            np.inf,
+        )
+    return _Handoff(
+        prompt_prefill, transfer, exposed, np.asarray(per_token_compute >= per_token_wire), threshold
+    )
+
+
+class _Decode(NamedTuple):
+    context: FloatArray  # mean resident context per batch slot
+    kv_cap: IntArray
+    tpot_cap: IntArray
+    batch_cap: IntArray
+    bound: LabelArray
+    weights_fit: BoolArray
+    feasible: BoolArray
+    step_at_cap: FloatArray
+    instances: IntArray
+    binding: LabelArray
+    step: FloatArray  # at the operating batch: the predicted TPOT
+    concurrency: FloatArray
+    tpot_floor: FloatArray
+
+
+def _decode_pool(
+    model: ModelSpec, gpu: GpuSpec, w: dict[str, FloatArray], slo: Slo, pools: PoolConfig
+) -> _Decode:
+    """Batch cap from KV capacity and the TPOT roofline, then instances by Little's law."""
+    rate, osl = w["rate"], w["osl"]
+    ttft_slo = np.asarray(slo.ttft, np.float64)
+    g_d = np.asarray(pools.decode_gpus, np.float64)
+    step_overhead = np.asarray(pools.step_overhead, np.float64)
+    kv, weights = model.kv_bytes_per_token, model.weight_footprint_bytes
+    context, spread = _slot_context_moments(w["isl"], osl, w["isl_std"], w["osl_std"])
+    z = 0.0 if slo.context_quantile is None else NormalDist().inv_cdf(slo.context_quantile)
+    step_budget = np.asarray(slo.tpot, np.float64) - step_overhead
+    kv_tokens = (g_d * gpu.hbm_bytes - weights) / kv  # resident tokens one instance can hold
+    bandwidth_tokens = (step_budget * g_d * gpu.effective_bandwidth - weights) / kv  # ... read per step
+    kv_cap = _batch_within(kv_tokens, context, spread, z)
+    bandwidth_cap = _batch_within(bandwidth_tokens, context, spread, z)
+    compute_cap = np.floor(
+        np.maximum(step_budget, 0) * g_d * gpu.effective_flops / (2 * model.compute_params) * (1 + 1e-12)
+    ).astype(np.int64)
+    tpot_cap = np.minimum(bandwidth_cap, compute_cap)
+    batch_cap = np.minimum(kv_cap, tpot_cap)
+    bound = BOUND_LABELS[np.where(kv_cap <= tpot_cap, 0, np.where(bandwidth_cap <= compute_cap, 1, 2))]
+    weights_fit = np.asarray(weights < g_d * gpu.hbm_bytes)
+    feasible = weights_fit & (batch_cap >= 1)
+    step_at_cap = decode_step_seconds(
+        model, gpu, np.maximum(batch_cap, 1), context, gpus=g_d, step_overhead=step_overhead
+    )
+    # Sessions last TTFT + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
+    # y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
+    sessions = rate * (ttft_slo + osl * step_at_cap)
+    mean_needed = np.ceil(sessions / np.maximum(batch_cap, 1))
+    needed = mean_needed
+    if z > 0:
+        # Sessions in the system are Poisson (M/G/∞), so the pool's resident tokens are compound
+        # Poisson: mean C·m, variance C·(m² + s²). Size the pool (balanced routing) for its q-quantile.
+        tokens = sessions * context + z * np.sqrt(sessions * (context**2 + spread**2))
+        token_budget = np.maximum(np.minimum(kv_tokens, bandwidth_tokens), 1.0)
+        count = sessions + z * np.sqrt(sessions)
+        needed = np.maximum(
+            needed, np.maximum(np.ceil(tokens / token_budget), np.ceil(count / np.maximum(compute_cap, 1)))
+        )
+    instances = np.where(feasible, needed, 0).astype(np.int64)
+    batch = _decode_operating_batch(
+        model,
+        gpu,
+        reserved_rate=rate * ttft_slo,
+        token_rate=rate * osl,
+        instances=instances,
+        context=context,
+        gpus=g_d,
+        step_overhead=step_overhead,
+    )
+    step = decode_step_seconds(model, gpu, batch, context, gpus=g_d, step_overhead=step_overhead)
+    return _Decode(
+        context=context,
+        kv_cap=np.maximum(kv_cap, 0),
+        tpot_cap=np.maximum(tpot_cap, 0),
+        batch_cap=np.maximum(batch_cap, 0),
+        bound=bound,
+        weights_fit=weights_fit,
+        feasible=feasible,
+        step_at_cap=step_at_cap,
+        instances=instances,
+        binding=DECODE_BINDING_LABELS[(needed > mean_needed).astype(np.int8)],
+        step=step,
+        concurrency=rate * (ttft_slo + osl * step),
+        tpot_floor=step_overhead + weights / (g_d * gpu.effective_bandwidth),
+    )
+
+
+class _Prefill(NamedTuple):
+    load: FloatArray  # λ·E[S]: busy prefill instances needed on average
+    instances: IntArray
+    binding: LabelArray
+    utilisation: FloatArray
+    predicted_ttft: FloatArray
+    ttft_floor: FloatArray
+
+
+def _prefill_pool(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    w: dict[str, FloatArray],
+    slo: Slo,
+    *,
+    pools: PoolConfig,
+    fixed_latency: FloatArray,
+) -> _Prefill:
+    """Throughput sizing, or the smallest pool whose TTFT quantile with queueing meets the SLO.
+
+    `fixed_latency` is what every first token pays after its prefill: exposed transfer + one step.
+    """
+    g_p = np.asarray(pools.prefill_gpus, np.float64)
+    mean_service, service_cv2 = _prefill_service_moments(model, gpu, w, g_p)
+    load = w["rate"] * mean_service
+    throughput_instances = np.ceil(load).astype(np.int64)
+    if slo.ttft_quantile is None:
+        instances = throughput_instances
+        binding = BINDING_LABELS[np.zeros(np.shape(instances), np.int8)]
+        service_part = mean_service
+        wait = mean_wait(instances, load, mean_service, service_cv2)
+    else:
+        long_prompt = w["isl"] + NormalDist().inv_cdf(slo.ttft_quantile) * w["isl_std"]
+        service_part = prefill_seconds(model, gpu, long_prompt, g_p, hit_rate=w["hit_rate"])
+        # An SLO below the no-queue floor cannot be met (reported as such); size it as if no wait at
+        # the quantile were allowed, the best queueing can do, so more work never means fewer instances.
+        wait_budget = np.maximum(np.asarray(slo.ttft, np.float64) - service_part - fixed_latency, 0.0)
+        # Never below ⌈λ·E[S]⌉: the queueing size starts at the first stable pool ⌊a⌋ + 1.
+        instances, wait = min_servers_for_wait_quantile(
+            load, mean_service, service_cv2, slo.ttft_quantile, wait_budget
+        )
+        binding = BINDING_LABELS[(instances > throughput_instances).astype(np.int8)]
+    ttft_floor = service_part + fixed_latency
+    utilisation = np.where(instances > 0, load / np.maximum(instances, 1), 0.0)
+    return _Prefill(load, instances, binding, utilisation, wait + ttft_floor, ttft_floor)
+
+
 def size_pools(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -362,158 +529,82 @@ def size_pools(
 ) -> Plan:
     """Size both pools for every scenario in the (broadcast) inputs; see the module docstring."""
     pools = pools or PoolConfig()
-    arrays = {
+    w = {
         name: np.asarray(getattr(workload, name), np.float64)
         for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
     }
-    rate, isl, osl, hit = arrays["rate"], arrays["isl"], arrays["osl"], arrays["hit_rate"]
-    ttft_slo = np.asarray(slo.ttft, np.float64)
-    tpot_slo = np.asarray(slo.tpot, np.float64)
-    budget = ttft_slo if slo.transfer_budget is None else np.asarray(slo.transfer_budget, np.float64)
-    g_p = np.asarray(pools.prefill_gpus, np.float64)
-    g_d = np.asarray(pools.decode_gpus, np.float64)
-    step_overhead = np.asarray(pools.step_overhead, np.float64)
-    kv = model.kv_bytes_per_token
-    weights = model.weight_footprint_bytes
-
-    # KV handoff of the mean prompt (the decode side needs the whole prompt's KV, cached part included).
-    prompt_prefill = prefill_seconds(model, gpu, isl, g_p, hit_rate=hit)
-    transfer = kv_transfer_seconds(model, link, isl)
-    wire = transfer - link.overhead
-    exposed = link.overhead + np.maximum(
-        wire / model.layers, wire - (model.layers - 1) / model.layers * prompt_prefill
-    )
-    per_token_compute = 2 * model.compute_params / (g_p * gpu.effective_flops)
-    per_token_wire = kv / link.bandwidth
-    with np.errstate(divide="ignore"):
-        threshold = np.where(
-            per_token_compute > per_token_wire,
-            np.asarray(pools.remote_overhead, np.float64) / (per_token_compute - per_token_wire),
-            np.inf,
-        )
-
-    # Decode: batch cap from KV capacity and the TPOT roofline, then instances by Little's law.
-    slot_mean, slot_std = _slot_context_moments(isl, osl, arrays["isl_std"], arrays["osl_std"])
-    z_context = 0.0 if slo.context_quantile is None else NormalDist().inv_cdf(slo.context_quantile)
-    step_budget = tpot_slo - step_overhead
-    kv_tokens = (g_d * gpu.hbm_bytes - weights) / kv  # resident tokens one instance can hold
-    bandwidth_tokens = (step_budget * g_d * gpu.effective_bandwidth - weights) / kv  # ... read per step
-    kv_cap = _batch_within(kv_tokens, slot_mean, slot_std, z_context)
-    bandwidth_cap = _batch_within(bandwidth_tokens, slot_mean, slot_std, z_context)
-    compute_cap = np.floor(
-        np.maximum(step_budget, 0) * g_d * gpu.effective_flops / (2 * model.compute_params) * (1 + 1e-12)
-    ).astype(np.int64)
-    tpot_cap = np.minimum(bandwidth_cap, compute_cap)
-    batch_cap = np.minimum(kv_cap, tpot_cap)
-    bound = BOUND_LABELS[np.where(kv_cap <= tpot_cap, 0, np.where(bandwidth_cap <= compute_cap, 1, 2))]
-    decode_weights_fit = weights < g_d * gpu.hbm_bytes
-    decode_ok = decode_weights_fit & (batch_cap >= 1)
-    step_at_cap = decode_step_seconds(
-        model, gpu, np.maximum(batch_cap, 1), slot_mean, gpus=g_d, step_overhead=step_overhead
-    )
-    # Sessions last TTFT + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
-    # y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
-    sessions = rate * (ttft_slo + osl * step_at_cap)
-    mean_needed = np.ceil(sessions / np.maximum(batch_cap, 1))
-    needed = mean_needed
-    if z_context > 0:
-        # Sessions in the system are Poisson (M/G/∞), so the pool's resident tokens are compound
-        # Poisson: mean C·m, variance C·(m² + s²). Size the pool (balanced routing) for its q-quantile.
-        tokens = sessions * slot_mean + z_context * np.sqrt(sessions * (slot_mean**2 + slot_std**2))
-        token_budget = np.maximum(np.minimum(kv_tokens, bandwidth_tokens), 1.0)
-        count = sessions + z_context * np.sqrt(sessions)
-        needed = np.maximum(
-            needed, np.maximum(np.ceil(tokens / token_budget), np.ceil(count / np.maximum(compute_cap, 1)))
-        )
-    decode_instances = np.where(decode_ok, needed, 0).astype(np.int64)
-    decode_binding = DECODE_BINDING_LABELS[(needed > mean_needed).astype(np.int8)]
-    operating_batch = _decode_operating_batch(
-        model,
-        gpu,
-        reserved_rate=rate * ttft_slo,
-        token_rate=rate * osl,
-        instances=decode_instances,
-        context=slot_mean,
-        gpus=g_d,
-        step_overhead=step_overhead,
-    )
-    step = decode_step_seconds(model, gpu, operating_batch, slot_mean, gpus=g_d, step_overhead=step_overhead)
-    concurrency = rate * (ttft_slo + osl * step)
-    tpot_floor = step_overhead + weights / (g_d * gpu.effective_bandwidth)
-
-    # Prefill: throughput sizing, or the TTFT quantile with queueing when asked.
-    mean_service, service_cv2 = _prefill_service_moments(model, gpu, arrays, g_p)
-    load = rate * mean_service
-    throughput_instances = np.ceil(load).astype(np.int64)
+    handoff = _handoff(model, gpu, link, w, pools)
+    decode = _decode_pool(model, gpu, w, slo, pools)
     # The first token waits for one decode step; take it at the batch cap (the slowest step the plan
     # allows) so the prefill size never shrinks when more traffic lowers the operating batch.
-    fixed_latency = exposed + step_at_cap
-    if slo.ttft_quantile is None:
-        instances = throughput_instances
-        binding = BINDING_LABELS[np.zeros(np.shape(instances), np.int8)]
-        service_part = mean_service
-        wait = mean_wait(instances, load, mean_service, service_cv2)
-    else:
-        z_ttft = NormalDist().inv_cdf(slo.ttft_quantile)
-        long_prompt = isl + z_ttft * arrays["isl_std"]
-        service_part = prefill_seconds(model, gpu, long_prompt, g_p, hit_rate=hit)
-        wait_budget = ttft_slo - service_part - fixed_latency
-        # Never below ⌈λ·E[S]⌉: the queueing size starts at the first stable pool ⌊a⌋ + 1.
-        instances, wait = min_servers_for_wait_quantile(
-            load, mean_service, service_cv2, slo.ttft_quantile, wait_budget
-        )
-        binding = BINDING_LABELS[(instances > throughput_instances).astype(np.int8)]
-    ttft_floor = service_part + fixed_latency
-    predicted_ttft = wait + ttft_floor
-    with np.errstate(divide="ignore", invalid="ignore"):
-        utilisation = np.where(instances > 0, load / np.maximum(instances, 1), 0.0)
+    prefill = _prefill_pool(
+        model, gpu, w, slo, pools=pools, fixed_latency=handoff.exposed + decode.step_at_cap
+    )
 
-    inputs = [*arrays.values(), ttft_slo, tpot_slo, budget, g_p, g_d, step_overhead, threshold]
-    shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
+    budget = np.asarray(slo.ttft if slo.transfer_budget is None else slo.transfer_budget, np.float64)
+    g_p = np.asarray(pools.prefill_gpus, np.float64)
+    g_d = np.asarray(pools.decode_gpus, np.float64)
+    scenario_inputs = [
+        *w.values(),
+        np.asarray(slo.ttft),
+        np.asarray(slo.tpot),
+        budget,
+        g_p,
+        g_d,
+        np.asarray(pools.step_overhead),
+        np.asarray(pools.remote_overhead),
+    ]
+    shape = np.broadcast_shapes(*(np.shape(a) for a in scenario_inputs))
 
     def full(array: npt.NDArray[AnyScalar]) -> npt.NDArray[AnyScalar]:
         return np.broadcast_to(array, shape)
 
     return Plan(
-        kv_bytes_per_token=kv,
-        weight_bytes=weights,
+        kv_bytes_per_token=model.kv_bytes_per_token,
+        weight_bytes=model.weight_footprint_bytes,
         gpu_hbm_bytes=gpu.hbm_bytes,
-        prefill_seconds=full(prompt_prefill),
-        attention_factor=full(attention_factor(model, isl)),
-        prefill_load=full(load),
-        prefill_instances=full(instances),
-        prefill_binding=full(binding),
-        prefill_utilisation=full(utilisation),
-        predicted_ttft_seconds=full(predicted_ttft),
-        ttft_floor_seconds=full(ttft_floor),
-        ttft_slo_seconds=full(ttft_slo),
-        tpot_slo_seconds=full(tpot_slo),
-        concurrency=full(concurrency),
-        decode_context_tokens=full(slot_mean),
-        decode_batch_cap=full(np.maximum(batch_cap, 0)),
-        decode_batch_bound=full(bound),
-        decode_kv_capacity_cap=full(np.maximum(kv_cap, 0)),
-        decode_tpot_cap=full(np.maximum(tpot_cap, 0)),
-        decode_instances=full(decode_instances),
-        decode_binding=full(decode_binding),
-        decode_step_seconds=full(step),
-        tpot_floor_seconds=full(tpot_floor),
-        prefill_weights_fit=full(np.asarray(weights < g_p * gpu.hbm_bytes)),
-        decode_weights_fit=full(decode_weights_fit),
-        transfer_bytes=full(isl * kv),
-        transfer_seconds=full(transfer),
+        prefill_seconds=full(handoff.prompt_prefill),
+        attention_factor=full(attention_factor(model, w["isl"])),
+        prefill_load=full(prefill.load),
+        prefill_instances=full(prefill.instances),
+        prefill_binding=full(prefill.binding),
+        prefill_utilisation=full(prefill.utilisation),
+        predicted_ttft_seconds=full(prefill.predicted_ttft),
+        ttft_floor_seconds=full(prefill.ttft_floor),
+        ttft_slo_seconds=full(np.asarray(slo.ttft, np.float64)),
+        tpot_slo_seconds=full(np.asarray(slo.tpot, np.float64)),
+        concurrency=full(decode.concurrency),
+        decode_context_tokens=full(decode.context),
+        decode_batch_cap=full(decode.batch_cap),
+        decode_batch_bound=full(decode.bound),
+        decode_kv_capacity_cap=full(decode.kv_cap),
+        decode_tpot_cap=full(decode.tpot_cap),
+        decode_instances=full(decode.instances),
+        decode_binding=full(decode.binding),
+        decode_step_seconds=full(decode.step),
+        tpot_floor_seconds=full(decode.tpot_floor),
+        prefill_weights_fit=full(np.asarray(model.weight_footprint_bytes < g_p * gpu.hbm_bytes)),
+        decode_weights_fit=full(decode.weights_fit),
+        transfer_bytes=full(w["isl"] * model.kv_bytes_per_token),
+        transfer_seconds=full(handoff.transfer),
         transfer_budget_seconds=full(budget),
-        exposed_transfer_seconds=full(exposed),
-        overlap_feasible=full(np.asarray(per_token_compute >= per_token_wire)),
-        kv_max_bytes_per_token=full((budget - link.overhead) * link.bandwidth / isl),
-        transfer_feasible=full(transfer <= budget),
-        link_demand_bytes_per_second=full(rate * isl * kv),
+        exposed_transfer_seconds=full(handoff.exposed),
+        overlap_feasible=full(handoff.overlap),
+        kv_max_bytes_per_token=full((budget - link.overhead) * link.bandwidth / w["isl"]),
+        transfer_feasible=full(handoff.transfer <= budget),
+        link_demand_bytes_per_second=full(w["rate"] * w["isl"] * model.kv_bytes_per_token),
         link_capacity_bytes_per_second=full(
-            link.bandwidth * np.minimum(instances * g_p, decode_instances * g_d)
+            link.bandwidth * np.minimum(prefill.instances * g_p, decode.instances * g_d)
         ),
-        local_prefill_threshold_tokens=full(threshold),
+        local_prefill_threshold_tokens=full(handoff.threshold),
         decode_prefill_ratio=full(
-            np.where(decode_ok, dp_ratio(osl, step_at_cap, np.maximum(batch_cap, 1), prompt_prefill), 0.0)
+            np.where(
+                decode.feasible,
+                dp_ratio(
+                    w["osl"], decode.step_at_cap, np.maximum(decode.batch_cap, 1), handoff.prompt_prefill
+                ),
+                0.0,
+            )
         ),
         prefill_gpus=full(g_p),
         decode_gpus=full(g_d),
