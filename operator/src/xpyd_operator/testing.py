@@ -36,7 +36,10 @@ class EngineStub:
                 with stub._lock:
                     if endpoint == "metrics":
                         n = stub.in_flight.get(pod, 0)
-                        text = f"vllm:num_requests_running {n}\nvllm:num_requests_waiting 0\n"
+                        text = (  # both engines' gauge names, so one stub serves vLLM and SGLang pods
+                            f"vllm:num_requests_running {n}\nvllm:num_requests_waiting 0\n"
+                            f"sglang:num_running_reqs {n}\nsglang:num_queue_reqs 0\n"
+                        )
                         self._reply(200, text.encode())
                     elif endpoint == "server_info":
                         self._reply(200, json.dumps({"disaggregation_mode": stub.roles.get(pod)}).encode())
