@@ -142,3 +142,25 @@ def test_http_switch_is_called_once_and_verified(
     args = pods[0]["spec"]["containers"][0]["args"]
     assert args[args.index("--disaggregation-mode") + 1] == "$(XPYD_ROLE)"
     assert json.dumps(args).count("--enable-pd-role-switch") == 1
+
+
+def test_restart_switch_recreates_the_pod_with_its_name_on_its_node(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
+) -> None:
+    start_operator()
+    spec: dict[str, Any] = {"engine": {"image": "custom:1", "type": "custom", "command": ["serve"]}}
+    before = start_pdd(kube_cluster, namespace, "rst", engines, in_flight=0, **spec)
+
+    patch_spec(kube_cluster, namespace, "rst", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}})
+    wait_until(lambda: settled(kube_cluster, namespace, "rst", 2, 1), 90, "restart-switched conversion")
+    pods = {p["metadata"]["name"]: p for p in instance_pods(kube_cluster, namespace, "rst")}
+    after = placement(list(pods.values()))
+    assert set(after) == set(before), "the recreated instance keeps its name"
+    restarted = [name for name in before if after[name][0] != before[name][0]]
+    assert len(restarted) == 1, "exactly one pod was recreated"
+    name = restarted[0]
+    assert after[name][1] == before[name][1], "on the node it ran on"
+    assert pods[name]["metadata"]["labels"]["xpyd.dev/role"] == "prefill"
+    assert pods[name]["spec"]["containers"][0]["env"][0]["name"] == "XPYD_ROLE"
+    assert conversions(pods[name]) == 1
+    assert len(events(kube_cluster, namespace, "Converted")) == 1

@@ -1,0 +1,131 @@
+"""The reconcile shell with an in-memory stand-in for the Kubernetes adapter: error mapping and idempotence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from xpyd_operator.config import OperatorConfig
+from xpyd_operator.k8s import Kube, KubeError, ObjectRef
+from xpyd_operator.reconcile import Reconciler
+
+
+class MemoryKube(Kube):
+    """Records calls; pods live in a dict. `conflict_on_patch` makes every pod patch a 409."""
+
+    def __init__(self, conflict_on_patch: bool = False) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.applied: list[str] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str]] = []
+        self.conflict_on_patch = conflict_on_patch
+
+    def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
+        return list(self.pods.values())
+
+    def create(self, body: dict[str, Any]) -> bool:
+        name = body["metadata"]["name"]
+        if name in self.pods:
+            return False
+        body["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+        self.pods[name] = body
+        return True
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.pods.pop(name, None)
+
+    def patch_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> None:
+        if self.conflict_on_patch:
+            raise KubeError(409, "the object has been modified")
+        self.pods[name]["metadata"]["labels"].update(labels or {})
+
+    def apply(self, body: dict[str, Any]) -> None:
+        self.applied.append(f"{body['kind']}/{body['metadata']['name']}")
+
+    def delete_deployment(self, namespace: str, name: str) -> None:
+        pass
+
+    def router_ready_replicas(self, namespace: str, name: str) -> int:
+        return 1
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.statuses.append(status)
+
+    def event(self, about: ObjectRef, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((reason, message))
+
+
+def body(generation: int = 1, **spec: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {"model": {"name": "m"}, "engine": {"image": "i"}, "router": {"image": "r"}, **spec}
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": generation}, "spec": raw}
+
+
+def ready(kube: MemoryKube) -> None:
+    for pod in kube.pods.values():
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+def test_first_pass_creates_instances_and_owned_objects_once() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    assert reconciler.reconcile(body()) is True  # work in progress
+    assert sorted(kube.pods) == ["p-0", "p-1"]
+    assert [r for r, _ in kube.events] == ["Created", "Created"]
+    assert sorted(kube.applied) == [
+        "Deployment/p-router",
+        "Service/p-decode",
+        "Service/p-prefill",
+        "Service/p-router",
+    ]
+    ready(kube)
+    assert reconciler.reconcile(body()) is False  # settled: nothing to do, nothing re-applied
+    assert len(kube.applied) == 4 and len(kube.events) == 2
+    assert kube.statuses[-1]["prefill"]["summary"] == "1/1"
+
+
+def test_new_generation_reapplies_owned_objects() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    reconciler.reconcile(body())
+    reconciler.reconcile(body(generation=2))
+    assert len(kube.applied) == 8
+
+
+def test_invalid_spec_is_a_permanent_error_reported_once_per_generation() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    bad = body(prefill={"replicas": 9, "maxReplicas": 2})
+    assert reconciler.reconcile(bad) is False
+    assert reconciler.reconcile(bad) is False
+    assert not kube.pods
+    assert [r for r, _ in kube.events] == ["InvalidSpec"]
+    assert "spec.prefill.replicas=9" in kube.events[0][1]
+    reasons = {c["type"]: c["reason"] for c in kube.statuses[-1]["conditions"]}
+    assert reasons == {"Ready": "InvalidSpec", "Degraded": "InvalidSpec"}
+
+
+def test_conflicts_are_left_to_the_next_pass_other_errors_propagate() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    reconciler.reconcile(body())
+    ready(kube)
+    kube.conflict_on_patch = True
+    # a conversion starts with a pod patch: the 409 is swallowed, nothing is half-done
+    assert reconciler.reconcile(body(prefill={"replicas": 2}, decode={"replicas": 0})) is True
+    assert not [r for r, _ in kube.events if r == "Draining"]
+
+    class Broken(MemoryKube):
+        def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
+            raise KubeError(500, "etcd unavailable")
+
+    with pytest.raises(KubeError, match="500"):
+        Reconciler(Broken(), OperatorConfig()).reconcile(body())
