@@ -269,11 +269,13 @@ def _plain(value: object) -> object:
 
 def _batch_within(token_budget: FloatArray, mean: FloatArray, spread: FloatArray, z: float) -> IntArray:
     """Largest B with B·mean + z·spread·√B ≤ token_budget (0 when the budget is not positive)."""
-    with np.errstate(invalid="ignore"):
-        root = (-z * spread + np.sqrt((z * spread) ** 2 + 4 * mean * np.maximum(token_budget, 0))) / (
-            2 * mean
-        )
-    return np.floor(root**2 * (1 + 1e-12)).astype(np.int64)
+    budget = np.maximum(token_budget, 0)
+    if z == 0:
+        batch = budget / mean
+    else:
+        root = (-z * spread + np.sqrt((z * spread) ** 2 + 4 * mean * budget)) / (2 * mean)
+        batch = root * root
+    return np.floor(batch * (1 + 1e-12)).astype(np.int64)
 
 
 def _slot_context_moments(
