@@ -152,12 +152,13 @@ def test_cold_start_is_paid_for_and_delays_readiness() -> None:
     assert raw.gpu_seconds == pytest.approx(3 * raw.end_s, rel=1e-9)  # warming counts
 
 
-def test_scale_in_drains_and_stops_paying_after_the_last_request() -> None:
-    cfg = config(prefill=1, decode=2)
+@pytest.mark.parametrize("drain_s", [0.0, 30.0])
+def test_scale_in_drains_and_stops_paying_after_the_last_request(drain_s: float) -> None:
+    cfg = config(prefill=1, decode=2, drain_s=drain_s)
     raw = run_events(cfg, steady(count=3000), Scripted([(300.0, 1, 1)]))
     assert raw.scale_downs == 1
     assert np.isfinite(raw.finish_s).all()
-    assert 2 * raw.end_s + 300.0 <= raw.gpu_seconds < 2 * raw.end_s + 400.0
+    assert 2 * raw.end_s + 300.0 + drain_s <= raw.gpu_seconds < 2 * raw.end_s + 400.0 + drain_s
 
 
 def test_policy_sees_lagged_windowed_arrival_rate() -> None:

@@ -81,7 +81,8 @@ class Realism:
       instance itself (conditional disaggregation). None = always remote.
     - `decode_kv_reads`: decode steps also read every member's resident KV (the model's memory term).
     - `cold_start_s`, `conversion_s`: delay before a new instance, or a drained instance switching
-      roles, serves. Scale-in and conversion always drain first.
+      roles, serves. Scale-in and conversion always drain first (until nothing is in flight), then
+      wait `drain_s` more (deregistration, grace period), still paid for.
     """
 
     kv_capacity: bool = False
@@ -93,6 +94,7 @@ class Realism:
     decode_kv_reads: bool = False
     cold_start_s: float = 0.0
     conversion_s: float = 0.0
+    drain_s: float = 0.0
 
     def __post_init__(self) -> None:
         _require(
@@ -112,6 +114,7 @@ class Realism:
             )
         _finite_at_least("cold_start_s", self.cold_start_s, 0.0)
         _finite_at_least("conversion_s", self.conversion_s, 0.0)
+        _finite_at_least("drain_s", self.drain_s, 0.0)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ PREFILL, DECODE = "prefill", "decode"
 # Operations of a batch instance.
 _IDLE, _RUN, _CHUNK, _CYCLE = 0, 1, 2, 3
 # Event kinds (ints: compared in the hot loop).
-_OP_END, _ADMIT, _XFER_START, _LINK_DONE, _TICK, _READY, _PREFILL_IDLE = range(7)
+_OP_END, _ADMIT, _XFER_START, _LINK_DONE, _TICK, _READY, _PREFILL_IDLE, _RETIRE = range(8)
 # Context bucket (tokens) for step times that read the batch's resident KV.
 _CONTEXT_BUCKET = 256
 _HISTOGRAM_FOLD_AT = 100_000  # distinct exact gap values kept before folding into log bins
@@ -308,11 +308,15 @@ class _Simulation:
         """A draining or converting instance with nothing left: retire it or start its switch."""
         if inst.state not in (DRAINING, CONVERTING) or not inst.is_empty(t):
             return
-        if inst.state == DRAINING:
+        real = self.cfg.realism
+        if inst.state == DRAINING and real.drain_s == 0:
             self._retire(inst, t)
+            return
+        inst.version += 1
+        if inst.state == DRAINING:
+            self._push(t + real.drain_s, _RETIRE, inst, inst.version)
         else:
-            inst.version += 1
-            self._push(t + self.cfg.realism.conversion_s, _READY, inst, inst.version)
+            self._push(t + real.drain_s + real.conversion_s, _READY, inst, inst.version)
 
     def _on_ready(self, inst: _Instance, t: float) -> None:
         if inst.state == CONVERTING:
@@ -852,6 +856,10 @@ class _Simulation:
                 assert isinstance(obj, _Instance)
                 if version == obj.version:
                     self._check_drained(obj, t)
+            elif kind == _RETIRE:
+                assert isinstance(obj, _Instance)
+                if version == obj.version:
+                    self._retire(obj, t)
         end = t
         gpu_seconds = self.gpu_seconds + sum(
             (end - i.created_s) * self.cfg.hardware.gpus_per_instance for i in self.instances
