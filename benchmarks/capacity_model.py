@@ -149,8 +149,7 @@ def measure(count: int, runs: int) -> str:
             f"numpy {np.__version__}; 1-min load average {os.getloadavg()[0]:.1f} when done (the machine "
             f"is shared); medians of {runs} runs.",
             "",
-            "Command: `.venv/bin/python benchmarks/capacity_model.py "
-            f"--scenarios {count} --runs {runs} --write docs/BENCHMARKS.md`",
+            f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/capacity_model.py', *sys.argv[1:]])}`",
             "",
             "Scenarios: llama-3.1-70b on H200 (2 GPUs per instance), ib-400g; log-uniform rate 0.1–100 req/s,",
             "ISL 128–64K (std up to half the mean), OSL 16–4K; hit rate 0–0.9; TTFT 2–20 s, TPOT 30–200 ms.",
