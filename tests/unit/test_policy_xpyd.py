@@ -297,3 +297,25 @@ def test_a_single_long_prompt_window_does_not_flip_the_floor() -> None:
     assert smoothed.decide(spike, Limits()).prefill == x
     jumped = raw.decide(spike, Limits()).prefill
     assert jumped is not None and jumped > x
+
+
+def test_a_surplus_pool_releases_instances_for_conversion_at_once() -> None:
+    x, y = floor(20.0)
+    decision = policy().decide(observe(0, x - 2, y + 3), Limits())
+    assert decision.prefill == x
+    assert decision.decode == y + 1  # two of the three surplus decode instances convert now
+    assert "DecodeAboveNeed" in decision.reasons and "DecodeReleasedForConversion" in decision.reasons
+
+
+def test_no_release_between_pools_of_different_width() -> None:
+    wide = dataclasses.replace(CONTEXT, decode_gpus_per_instance=2)
+    scaler = make_policy("xpyd", wide)
+    decision = scaler.decide(observe(0, 1, 20), Limits())
+    assert decision.decode == 20  # the down window holds; nothing could be converted anyway
+    assert not any("ReleasedForConversion" in reason for reason in decision.reasons)
+
+
+def test_no_release_from_a_pool_within_tolerance() -> None:
+    x, y = floor(20.0)
+    decision = policy().decide(observe(0, x - 2, y), Limits())
+    assert (decision.prefill, decision.decode) == (x, y)

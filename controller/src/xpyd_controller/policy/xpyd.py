@@ -201,9 +201,12 @@ class XpydPolicy:
         layered = self._layers.apply(
             time_s, (supply[0], supply[1]), (recommended[0], recommended[1]), limits, (held[0], held[1])
         )
+        decided = [layered.prefill, layered.decode]
+        if self.context.prefill_gpus_per_instance == self.context.decode_gpus_per_instance:
+            reasons.append(_release_for_conversion(supply, recommended, decided, held, limits))
         return Decision(
-            prefill=layered.prefill,
-            decode=layered.decode,
+            prefill=decided[0],
+            decode=decided[1],
             binding=layered.bound or f"prefill_{bindings[0]}+decode_{bindings[1]}",
             reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
             details=details,
@@ -242,6 +245,26 @@ class XpydPolicy:
             reasons.append("DecodeInfeasible")
             floors, down = (floors[0], 0), (down[0], 1 << 30)
         return floors, down, (str(plan.prefill_binding[at_floor]), str(plan.decode_batch_bound[at_floor]))
+
+
+def _release_for_conversion(
+    supply: list[int], recommended: list[int], decided: list[int], held: list[bool], limits: Limits
+) -> str:
+    """Let a pool with a surplus give instances to a pool that grows now, instead of after its window.
+
+    The surplus is what the tolerance band already called unneeded (supply above the size that meets
+    demand × (1 + tolerance)), so releasing it early is safe; the driver then converts those instances
+    in place instead of cold-starting new ones and draining the surplus minutes later. Only between
+    pools of equal GPU width, where conversion is possible at all.
+    """
+    minimums = (limits.prefill_min, limits.decode_min)
+    for grow, shrink, role in ((0, 1, "Decode"), (1, 0, "Prefill")):
+        growth = decided[grow] - supply[grow]
+        surplus = min(decided[shrink], supply[shrink]) - max(recommended[shrink], minimums[shrink])
+        if growth > 0 and surplus > 0 and not held[shrink]:
+            decided[shrink] = min(decided[shrink], supply[shrink]) - min(growth, surplus)
+            return f"{role}ReleasedForConversion"
+    return ""
 
 
 def make_xpyd(context: PolicyContext) -> XpydPolicy:
