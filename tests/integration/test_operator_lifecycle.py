@@ -177,6 +177,30 @@ def test_scale_up_then_down_keeps_the_busiest(
     assert all("drained (idle)" in m for m in deleted)
 
 
+def test_deleted_instance_is_replaced(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory
+) -> None:
+    start_operator()
+    apply(kube_cluster, namespace, manifest("heal", decode={"replicas": 2}))
+    wait_ready(kube_cluster, namespace, "heal")
+    victim = next(
+        p for p in instance_pods(kube_cluster, namespace, "heal") if "decode" in roles([p]).values()
+    )
+    kube_cluster.kubectl("delete", "pod", victim["metadata"]["name"], "-n", namespace, "--wait=false")
+
+    def replaced() -> bool:
+        pods = instance_pods(kube_cluster, namespace, "heal")
+        uids = {p["metadata"]["uid"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+        return victim["metadata"]["uid"] not in uids and sorted(roles(pods).values()) == [
+            "decode",
+            "decode",
+            "prefill",
+        ]
+
+    wait_until(replaced, 60, "a replacement decode instance")
+    assert wait_ready(kube_cluster, namespace, "heal")["status"]["decode"]["summary"] == "2/2"
+
+
 def test_template_change_rolls_every_instance(
     kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory
 ) -> None:
