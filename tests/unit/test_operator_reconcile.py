@@ -19,6 +19,7 @@ class MemoryKube(Kube):
         self.pods: dict[str, dict[str, Any]] = {}
         self.applied: list[str] = []
         self.statuses: list[dict[str, Any]] = []
+        self.status: dict[str, Any] = {}  # merged, as the API server keeps it
         self.events: list[tuple[str, str]] = []
         self.conflict_on_patch = conflict_on_patch
 
@@ -46,7 +47,14 @@ class MemoryKube(Kube):
     ) -> None:
         if self.conflict_on_patch:
             raise KubeError(409, "the object has been modified")
-        self.pods[name]["metadata"]["labels"].update(labels or {})
+        metadata = self.pods[name]["metadata"]
+        metadata["labels"].update(labels or {})
+        notes = metadata.setdefault("annotations", {})
+        for key, value in (annotations or {}).items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
 
     def apply(self, body: dict[str, Any]) -> None:
         self.applied.append(f"{body['kind']}/{body['metadata']['name']}")
@@ -59,6 +67,7 @@ class MemoryKube(Kube):
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.statuses.append(status)
+        self.status.update(status)
 
     def event(self, about: ObjectRef, reason: str, message: str, warning: bool = False) -> None:
         self.events.append((reason, message))
@@ -129,3 +138,54 @@ def test_conflicts_are_left_to_the_next_pass_other_errors_propagate() -> None:
 
     with pytest.raises(KubeError, match="500"):
         Reconciler(Broken(), OperatorConfig()).reconcile(body())
+
+
+class CrashOnRecreate(MemoryKube):
+    """Dies (like a killed operator) right after deleting a pod for a Restart switch, before recreating it."""
+
+    crash = True
+
+    def create(self, body: dict[str, Any]) -> bool:
+        if self.crash and body["metadata"].get("annotations"):
+            raise RuntimeError("operator killed")
+        return super().create(body)
+
+
+def test_restart_switch_survives_a_crash_between_delete_and_create() -> None:
+    kube = CrashOnRecreate()
+    now = [100.0]
+    custom = {
+        "engine": {"image": "i", "type": "custom", "command": ["serve"]},
+        "conversion": {"drainTimeoutSeconds": 5},
+    }
+    start = body(prefill={"replicas": 1}, decode={"replicas": 2}, **custom)
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: now[0])
+    reconciler.reconcile(start)
+    ready(kube)
+    for pod in kube.pods.values():
+        pod["spec"]["nodeName"] = "node-7"
+    converting = body(generation=2, prefill={"replicas": 2}, decode={"replicas": 1}, **custom)
+    reconciler.reconcile(converting)  # Draining (no engine data: waits for the timeout)
+    now[0] += 6
+    reconciler.reconcile(converting)  # drain timed out: Switching
+    with pytest.raises(RuntimeError, match="killed"):
+        reconciler.reconcile(converting)  # Restart: pod deleted, operator dies before the create
+    name = kube.status["pendingRestarts"][0]["pod"]
+    assert name not in kube.pods
+
+    kube.crash = False
+    restarted = Reconciler(kube, OperatorConfig(), clock=lambda: now[0])  # a fresh operator process
+    restarted.reconcile({**converting, "status": kube.status})
+    pod = kube.pods[name]
+    assert pod["spec"]["nodeName"] == "node-7"
+    assert pod["metadata"]["labels"]["xpyd.dev/role"] == "prefill"
+    assert kube.status["pendingRestarts"] == []
+    ready(kube)
+    restarted.reconcile({**converting, "status": kube.status})  # Verifying -> relabel
+    assert pod["metadata"]["annotations"]["xpyd.dev/conversions"] == "1"
+    assert sorted(p["metadata"]["labels"]["xpyd.dev/role"] for p in kube.pods.values()) == [
+        "decode",
+        "prefill",
+        "prefill",
+    ]
+    assert [m for r, m in kube.events if r == "Converted"] and len(kube.pods) == 3

@@ -51,6 +51,8 @@ class Reconciler:
     _applied: dict[str, int] = field(default_factory=dict)
     # uid -> generation whose invalid spec was already reported (one Event per bad generation).
     _reported_invalid: dict[str, int] = field(default_factory=dict)
+    # uid -> restarts in progress (mirrors status.pendingRestarts, read at the start of every pass).
+    _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def reconcile(self, body: Mapping[str, Any]) -> bool:
         """One pass; returns True while work is in progress (the caller then polls quickly)."""
@@ -60,6 +62,8 @@ class Reconciler:
             self._report_invalid(body, str(error))
             return False
         self._apply_owned(pdd)
+        self._pending[pdd.uid] = list((body.get("status") or {}).get("pendingRestarts") or [])
+        self._resume_restarts(pdd)
         instances = self._observe(pdd)
         hashes = {role: render.template_hash(pdd.spec, role) for role in Role}
         in_flight = self._read_loads(pdd, instances)
@@ -92,6 +96,7 @@ class Reconciler:
 
     def forget(self, uid: str) -> None:
         self._applied.pop(uid, None)
+        self._pending.pop(uid, None)
         self._reported_invalid.pop(uid, None)
 
     # --- observe ---------------------------------------------------------------------------------
@@ -203,18 +208,60 @@ class Reconciler:
         self.kube.patch_pod(pdd.namespace, instance.name, instance.resource_version, annotations=annotations)
 
     def _restart_as(self, pdd: PDDeployment, instance: Instance, target: Role, record: str) -> None:
-        """Recreate the instance with the same name on the same node, rendered for its new role."""
-        self.kube.delete_pod(pdd.namespace, instance.name, instance.uid)
+        """Recreate the instance with the same name on the same node, rendered for its new role.
+
+        The pod (and the record on it) disappears in between, so the intent is first written to
+        `status.pendingRestarts`; a pass that finds an entry there finishes it (see _resume_restarts).
+        """
+        entry = {
+            "pod": instance.name,
+            "uid": instance.uid,
+            "node": instance.node or "",
+            "to": str(target),
+            "record": record,
+            "conversions": instance.conversions,
+        }
+        pending = self._pending.setdefault(pdd.uid, [])
+        pending.append(entry)
+        self.kube.patch_status(pdd.namespace, pdd.name, {"pendingRestarts": pending})
+        self._resume_restarts(pdd)
+
+    def _resume_restarts(self, pdd: PDDeployment) -> None:
+        """Finish restarts in progress: delete the old pod, wait until it is gone, create the new one."""
+        pending = self._pending.get(pdd.uid) or []
+        if not pending:
+            return
+        remaining = []
+        for entry in pending:
+            if not self._restart_one(pdd, entry):
+                remaining.append(entry)
+        self._pending[pdd.uid] = remaining
+        self.kube.patch_status(pdd.namespace, pdd.name, {"pendingRestarts": remaining})
+
+    def _restart_one(self, pdd: PDDeployment, entry: dict[str, Any]) -> bool:
+        """True once the replacement pod exists; False to try again next pass."""
+        self.kube.delete_pod(pdd.namespace, entry["pod"], entry["uid"])
         deadline = self.clock() + self.config.restart_wait_seconds
-        while any(i.name == instance.name for i in self._observe(pdd)):
+        while True:
+            current = next((i for i in self._observe(pdd) if i.name == entry["pod"]), None)
+            if current is not None and current.uid != entry["uid"]:
+                return True  # created by an earlier pass
+            if current is None:
+                break
             if self.clock() > deadline:
-                return  # still terminating: the next pass replaces the missing instance
+                return False  # still terminating
             time.sleep(0.2)
         pod = render.instance_pod(
-            pdd, target, instance.name, serving=False, node=instance.node, transition=record
+            pdd,
+            Role(entry["to"]),
+            entry["pod"],
+            serving=False,
+            node=entry["node"] or None,
+            transition=entry["record"],
         )
-        pod["metadata"].setdefault("annotations", {})[ANNOTATION_CONVERSIONS] = str(instance.conversions)
+        pod["metadata"].setdefault("annotations", {})[ANNOTATION_CONVERSIONS] = str(entry["conversions"])
         self.kube.create(pod)
+        return True
 
     def _verified(self, pdd: PDDeployment, instance: Instance, target: Role, method: SwitchMethod) -> bool:
         if not instance.ready:
