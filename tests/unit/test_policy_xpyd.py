@@ -319,3 +319,38 @@ def test_no_release_from_a_pool_within_tolerance() -> None:
     x, y = floor(20.0)
     decision = policy().decide(observe(0, x - 2, y), Limits())
     assert (decision.prefill, decision.decode) == (x, y)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "measured", "expected", "reason"),
+    [
+        ({}, {"ttft_p90_s": 0.9}, (1, 0), "PrefillSloMissedAboveFloor"),
+        ({}, {"tpot_p90_s": 0.12}, (0, 1), "DecodeSloMissedAboveFloor"),
+        ({}, {"ttft_p90_s": 0.5, "tpot_p90_s": 0.09}, (0, 0), None),  # within the SLOs
+        ({"latency_feedback": 2.0}, {"ttft_p90_s": 0.9}, (0, 0), None),  # 0.9 < 2 × 0.6
+        ({"latency_feedback": 0}, {"ttft_p90_s": 5.0, "tpot_p90_s": 1.0}, (0, 0), None),  # off
+        ({}, {"ttft_p90_s": float("nan")}, (0, 0), None),
+    ],
+)
+def test_measured_slo_misses_add_one_instance_above_the_floor(
+    knobs: dict[str, float], measured: dict[str, float], expected: tuple[int, int], reason: str | None
+) -> None:
+    x, y = floor(20.0)
+    decision = policy(**knobs).decide(observe(0, x, y, **measured), Limits())
+    assert (decision.prefill, decision.decode) == (x + expected[0], y + expected[1])
+    if reason:
+        assert reason in decision.reasons
+    assert not any("SloMissed" in r for r in decision.reasons) or reason
+
+
+def test_slo_feedback_waits_for_in_flight_instances() -> None:
+    x, y = floor(20.0)
+    starting = PoolState(ready=x - 1, starting=1)
+    decision = policy().decide(observe(0, starting, y, ttft_p90_s=2.0), Limits())
+    assert decision.prefill == x
+    assert "PrefillSloMissedAboveFloor" not in decision.reasons
+
+
+def test_latency_feedback_below_one_is_rejected() -> None:
+    with pytest.raises(PolicyConfigError, match=r"latency_feedback = 0\.5: must be a finite number >= 1"):
+        policy(latency_feedback=0.5)

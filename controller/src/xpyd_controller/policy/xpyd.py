@@ -50,6 +50,7 @@ class XpydConfig(ScalingBehavior):
     tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
     length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
     in_flight_timeout_s: float = 600.0
+    latency_feedback: float = 1.0  # measured p90 above this × SLO adds one instance over the floor; 0 = off
     remote_overhead_s: float = 0.0
     transfer_budget_s: float = 0.0  # seconds of TTFT for the KV transfer; 0 = the whole TTFT SLO
 
@@ -61,6 +62,8 @@ class XpydConfig(ScalingBehavior):
                 raise PolicyConfigError("xpyd", name, value, "must be 0 (mean sizing) or in [0.5, 1)")
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
+        if self.latency_feedback != 0:
+            require_in("xpyd", "latency_feedback", self.latency_feedback, 1)
         for name in ("remote_overhead_s", "transfer_budget_s", "length_smoothing_s"):
             require_in("xpyd", name, getattr(self, name), 0)
 
@@ -198,6 +201,9 @@ class XpydPolicy:
                 reasons.append(
                     f"{role}PartialDataNoScaleDown" if demand.partial else f"{role}WithinTolerance"
                 )
+            if self._slo_missed(index, observation) and supply[index] >= floors[index] and not held[index]:
+                recommended[index] = supply[index] + 1
+                reasons.append(f"{role}SloMissedAboveFloor")
         layered = self._layers.apply(
             time_s, (supply[0], supply[1]), (recommended[0], recommended[1]), limits, (held[0], held[1])
         )
@@ -210,6 +216,16 @@ class XpydPolicy:
             binding=layered.bound or f"prefill_{bindings[0]}+decode_{bindings[1]}",
             reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
             details=details,
+        )
+
+    def _slo_missed(self, index: int, observation: Observation) -> bool:
+        """Measured p90 latency of the pool's own SLO above `latency_feedback` × SLO (model too optimistic)."""
+        if self.config.latency_feedback == 0:
+            return False
+        measured = observation.ttft_p90_s if index == 0 else observation.tpot_p90_s
+        slo = self.context.ttft_slo_s if index == 0 else self.context.tpot_slo_s
+        return (
+            measured is not None and math.isfinite(measured) and measured > self.config.latency_feedback * slo
         )
 
     def _targets(
