@@ -101,3 +101,13 @@ def test_outputs_are_finite_numbers(s: dict[str, object]) -> None:
             assert np.isfinite(value).all(), spec.name
     assert plan.prefill_instances.min() >= 0
     assert plan.decode_instances.min() >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario)
+def test_a_buildable_decode_pool_meets_its_tpot(s: dict[str, object]) -> None:
+    # y ≥ λ(TTFT + L_out·t(B_cap))/B_cap puts the operating batch at or below the cap, whose step
+    # fits the TPOT SLO by construction of the caps.
+    plan = plan_for(s)
+    buildable = plan.decode_feasible & (plan.decode_instances > 0)
+    assert np.all(plan.decode_step_seconds[buildable] <= plan.tpot_slo_seconds[buildable] * (1 + 1e-9))
