@@ -354,3 +354,21 @@ def test_slo_feedback_waits_for_in_flight_instances() -> None:
 def test_latency_feedback_below_one_is_rejected() -> None:
     with pytest.raises(PolicyConfigError, match=r"latency_feedback = 0\.5: must be a finite number >= 1"):
         policy(latency_feedback=0.5)
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"mean_input_tokens": float("inf")},
+        {"mean_output_tokens": float("nan")},
+        {"mean_input_tokens": 0.0},
+        {"p90_input_tokens": float("nan"), "p90_output_tokens": float("inf")},
+    ],
+)
+def test_non_finite_lengths_are_missing_data_not_errors(broken: dict[str, float]) -> None:
+    decision = policy(down_window_s=0).decide(observe(0, 9, 9, **broken), Limits())
+    if "p90_input_tokens" in broken:
+        assert decision.prefill is not None  # means are fine: only the spread is unknown
+    else:
+        assert counts(decision) == (None, None)
+        assert "MissingRequestLengths" in decision.reasons

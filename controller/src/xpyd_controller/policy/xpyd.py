@@ -1,12 +1,14 @@
 """`xpyd`: the capacity model sets a floor, HPA-style layers keep it calm, conversion does the rest.
 
 Layers, in order: the capacity-model floor (`size_pools` with TTFT-percentile prefill sizing and
-KV/TPOT decode sizing) → a tolerance band on demand (scale up to the floor when supply is below it;
-scale down only to the size the model gives for demand × (1 + tolerance), so N−1 still meets the SLO
-with margin) → stabilisation windows (fast up, slow down) → min/max and the GPU budget → rate limits →
-the in-flight guard (a pool with instances starting or draining holds until they finish or a timeout;
-starting instances count as supply). The policy only says how many of each role; the driver
-converts instances when one pool shrinks while the other grows.
+KV/TPOT decode sizing, on the window's arrival rate and smoothed lengths) → a tolerance band on demand
+(scale up to the floor when supply is below it; scale down only to the size the model gives for
+demand × (1 + tolerance), so N−1 still meets the SLO with margin; one more instance when the measured
+p90 misses the SLO at the floor) → stabilisation windows (fast up, slow down) → min/max and the GPU
+budget → rate limits → the in-flight guard (a pool with instances starting or draining holds until
+they finish or a timeout; starting instances count as supply) → pairing (a pool above its need
+releases instances to a pool that grows now). The policy only says how many of each role; the driver
+converts instances when one pool shrinks while the other grows. docs/tuning.md lists every knob.
 
 Field rules: a missing arrival rate holds everything; partial data (rate but no lengths) may scale up
 on the last known lengths but never down; a rate of exactly 0 is zero demand and scales to the minimum.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 
@@ -79,6 +82,11 @@ class _Demand:
     partial: bool  # lengths came from an earlier window: may scale up, never down
 
 
+def _usable(value: float | None) -> TypeGuard[float]:
+    """A measured length: present, finite and positive (anything else is missing data)."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
 @dataclass
 class _Smoothed:
     """An exponentially weighted moving average over time (time constant `tau_s`; 0 = latest value)."""
@@ -132,11 +140,11 @@ class XpydPolicy:
             return "MissingArrivalRate"
         isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
         partial = False
-        if isl is not None and osl is not None and isl > 0 and osl > 0:
+        if _usable(isl) and _usable(osl):
             isl_std = osl_std = 0.0
-            if observation.p90_input_tokens is not None:
+            if _usable(observation.p90_input_tokens):
                 isl_std = std_from_quantile(isl, observation.p90_input_tokens, LENGTH_QUANTILE)
-            if observation.p90_output_tokens is not None:
+            if _usable(observation.p90_output_tokens):
                 osl_std = std_from_quantile(osl, observation.p90_output_tokens, LENGTH_QUANTILE)
             hit = observation.prefix_hit_rate
             hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
