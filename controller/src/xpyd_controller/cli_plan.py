@@ -445,7 +445,7 @@ def plot(
         )
     pools_axis.step(rates, by_rate.decode_instances, where="post", label="decode instances y")
     pools_axis.step(rates, by_rate.total_gpus, where="post", linestyle=":", label="total GPUs")
-    infeasible = ~(by_rate.ttft_feasible & by_rate.decode_feasible & by_rate.transfer_feasible)
+    infeasible = ~by_rate.feasible
     if infeasible.any():
         pools_axis.scatter(
             rates[infeasible],

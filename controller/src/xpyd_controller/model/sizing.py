@@ -1,11 +1,13 @@
 """xPyD sizing: how many prefill and decode instances a workload needs, and which constraint says so.
 
 `size_pools` is vectorised: every `Workload`, `Slo` and `PoolConfig` number may be a numpy array (they
-broadcast), so a 10^6-scenario sweep is one call; `Plan.as_dict()` / `Plan.reasons()` read one scenario.
-With the defaults (no length spread, no quantiles) it is exactly the lecture's xPyD formulas:
+broadcast), so a 10^6-scenario sweep is one call; `Plan.as_dict(i)` and `explain.explain(plan, i)` read
+one scenario. With the defaults (no length spread, no quantiles) these are the lecture's xPyD formulas:
 
 - prefill: x = ⌈λ·E[S]⌉, E[S] = 2P(1−h)L_in(1 + L_in/L*)/(G_P·π_eff) (throughput sizing);
-- decode: C = λ(TTFT + L_out·TPOT), B_cap = min(KV-capacity bound, TPOT bound), y = ⌈C / B_cap⌉;
+- decode: B_cap = min(KV-capacity bound, TPOT bound), y = ⌈C / B_cap⌉ with C = λ(TTFT + L_out·t_step)
+  by Little's law, taking the step time at full batch, t_step(B_cap) ≤ TPOT SLO (the SLO itself
+  would over-provision);
 - transfer: T = L·kv/BW + overhead, kv_max, overlap 2P/π_eff ≥ kv/BW, exposed T/n_layers, λ·L·kv;
 - L_thresh = O_fixed / (2P/(k_P·π_eff) − kv/BW).
 
@@ -181,7 +183,7 @@ class Plan:
 
     Infinite values mean "never" (a saturated pool's wait, a local-prefill threshold that remote prefill
     never beats); `as_dict` turns them into null. Infeasible scenarios have 0 instances on the side
-    that cannot be built, `feasible` False and their reasons in `reasons()`.
+    that cannot be built, `feasible` False, and their reasons in words from `explain.explain`.
     """
 
     kv_bytes_per_token: float
@@ -205,7 +207,7 @@ class Plan:
     decode_tpot_cap: IntArray
     decode_instances: IntArray
     decode_binding: LabelArray  # "mean_concurrency" (⌈C/B_cap⌉) | "context_quantile" (session swings)
-    decode_step_seconds: FloatArray  # at the operating batch C/y: the predicted TPOT
+    decode_step_seconds: FloatArray  # at the sized pool's operating batch: the predicted TPOT
     tpot_floor_seconds: FloatArray  # step overhead + weight read W/β: TPOT at batch → 0
     prefill_weights_fit: BoolArray  # weights W < prefill GPUs × HBM
     decode_weights_fit: BoolArray  # weights W < decode GPUs × HBM (the rest holds KV)
@@ -236,6 +238,13 @@ class Plan:
         return np.asarray(self.link_demand_bytes_per_second <= self.link_capacity_bytes_per_second)
 
     @property
+    def feasible(self) -> BoolArray:
+        """Buildable, and meets TTFT, TPOT, the transfer budget and the link capacity."""
+        return np.asarray(
+            self.ttft_feasible & self.decode_feasible & self.transfer_feasible & self.link_feasible
+        )
+
+    @property
     def total_gpus(self) -> FloatArray:
         result: FloatArray = (
             self.prefill_instances * self.prefill_gpus + self.decode_instances * self.decode_gpus
@@ -248,14 +257,8 @@ class Plan:
         for spec in fields(self):
             value = getattr(self, spec.name)
             out[spec.name] = _plain(value if np.ndim(value) == 0 else np.asarray(value)[index])
-        for name in ("ttft_feasible", "decode_feasible", "link_feasible", "total_gpus"):
+        for name in ("ttft_feasible", "decode_feasible", "link_feasible", "feasible", "total_gpus"):
             out[name] = _plain(np.asarray(getattr(self, name))[index])
-        out["feasible"] = bool(
-            out["ttft_feasible"]
-            and out["decode_feasible"]
-            and out["transfer_feasible"]
-            and out["link_feasible"]
-        )
         return out
 
 
