@@ -8,6 +8,7 @@ Measures, in one run of a fresh cluster:
      conversion's overhead is the time from the patch to the relabelled pod, minus that drain time.
 
 Usage: .venv/bin/python benchmarks/operator_scale.py [--pdds 100] [--runs 3] [--conversions 5] [--drain 3]
+       [--no-router]  (PDDeployments without routers: the operator's own cost, without 100 Deployments)
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ INSTANCES_PER_PDD = 4
 GPUS_PER_NODE = 8
 
 
-def pdd(name: str, prefill: int = 2, decode: int = 2, drain: float = 60.0) -> dict[str, Any]:
+def pdd(
+    name: str, prefill: int = 2, decode: int = 2, drain: float = 60.0, router: bool = True
+) -> dict[str, Any]:
     return {
         "apiVersion": "xpyd.dev/v1alpha1",
         "kind": "PDDeployment",
@@ -44,7 +47,7 @@ def pdd(name: str, prefill: int = 2, decode: int = 2, drain: float = 60.0) -> di
         "spec": {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
             "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-            "router": {"image": "ghcr.io/vllm-project/vllm-router:latest"},
+            "router": {"image": "ghcr.io/vllm-project/vllm-router:latest"} if router else {"type": "none"},
             "prefill": {"replicas": prefill},
             "decode": {"replicas": decode},
             "conversion": {"drainTimeoutSeconds": drain},
@@ -110,7 +113,9 @@ def memory_mb(pid: int, field: str) -> float:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
-def converge_run(cluster: LocalCluster, run: int, pdds: int, operator: OperatorProcess) -> dict[str, float]:
+def converge_run(
+    cluster: LocalCluster, run: int, pdds: int, operator: OperatorProcess, router: bool
+) -> dict[str, float]:
     """One baseline (bare pods) and one operator convergence, in fresh namespaces, then cleanup."""
     instances = pdds * INSTANCES_PER_PDD
     base_ns, op_ns = f"bench-base-{run}", f"bench-op-{run}"
@@ -123,7 +128,7 @@ def converge_run(cluster: LocalCluster, run: int, pdds: int, operator: OperatorP
     cluster.kubectl("delete", "namespace", base_ns, "--wait=true", timeout=600)
 
     start = time.monotonic()
-    create_list(cluster, op_ns, [pdd(f"d{i}") for i in range(pdds)])
+    create_list(cluster, op_ns, [pdd(f"d{i}", router=router) for i in range(pdds)])
     timed_until(lambda: all_ready(cluster, op_ns, pdds), 1800, interval=1.0)
     converged = time.monotonic() - start
     assert operator.process is not None
@@ -178,6 +183,7 @@ def main() -> int:
     parser.add_argument("--pdds", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--conversions", type=int, default=5)
+    parser.add_argument("--no-router", action="store_true", help="PDDeployments without a router Deployment")
     parser.add_argument(
         "--drain", type=float, default=3.0, help="seconds until the converting engine is idle"
     )
@@ -192,7 +198,9 @@ def main() -> int:
             time.sleep(5)
             assert operator.process is not None
             idle_rss = memory_mb(operator.process.pid, "VmRSS")
-            runs = [converge_run(cluster, i, args.pdds, operator) for i in range(args.runs)]
+            runs = [
+                converge_run(cluster, i, args.pdds, operator, not args.no_router) for i in range(args.runs)
+            ]
             for i, r in enumerate(runs):
                 print(f"run {i + 1}: {json.dumps({k: round(v, 2) for k, v in r.items()})}", flush=True)
             overheads = conversion_run(cluster, engines, args.drain, args.conversions)

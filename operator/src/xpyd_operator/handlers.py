@@ -16,6 +16,7 @@ import kopf
 
 from xpyd_api.names import (
     COMPONENT_INSTANCE,
+    COMPONENT_ROUTER,
     FINALIZER,
     GROUP,
     LABEL_COMPONENT,
@@ -85,9 +86,19 @@ async def wake_on_change(uid: str, memo: kopf.Memo, **_: Any) -> None:
     _wake(memo, uid)
 
 
-@kopf.on.event("v1", "pods", labels={LABEL_COMPONENT: COMPONENT_INSTANCE}, id="wake-on-pod")
-async def wake_on_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A pod became ready, failed or vanished: reconcile its PDDeployment now, not at the next resync."""
+def _wake_owner(body: kopf.Body, memo: Any) -> None:
     for owner in body.metadata.get("ownerReferences") or []:
         if owner.get("kind") == "PDDeployment":
             _wake(memo, owner.get("uid"))
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_COMPONENT: COMPONENT_INSTANCE}, id="wake-on-pod")
+async def wake_on_pod(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A pod became ready, failed or vanished: reconcile its PDDeployment now, not at the next resync."""
+    _wake_owner(body, memo)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={LABEL_COMPONENT: COMPONENT_ROUTER}, id="wake-on-router")
+async def wake_on_router(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The router's readiness is part of the Ready condition: report it when it changes."""
+    _wake_owner(body, memo)
