@@ -59,7 +59,7 @@ class MemoryKube(Kube):
     def apply(self, body: dict[str, Any]) -> None:
         self.applied.append(f"{body['kind']}/{body['metadata']['name']}")
 
-    def delete_deployment(self, namespace: str, name: str) -> None:
+    def delete_router(self, namespace: str, name: str) -> None:
         pass
 
     def router_ready_replicas(self, namespace: str, name: str) -> int:

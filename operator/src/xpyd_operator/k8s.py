@@ -154,9 +154,17 @@ class Kube:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
-    def delete_deployment(self, namespace: str, name: str) -> None:
+    def delete_router(self, namespace: str, name: str) -> None:
+        """Remove the router Deployment and Service (after `spec.router.type` became none)."""
+        for path in (
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+            f"/api/v1/namespaces/{namespace}/services/{name}",
+        ):
+            self._delete_if_present(path)
+
+    def _delete_if_present(self, path: str) -> None:
         try:
-            self._call("DELETE", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            self._call("DELETE", path)
         except KubeError as error:
             if error.status != 404:
                 raise

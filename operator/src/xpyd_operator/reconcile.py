@@ -136,7 +136,7 @@ class Reconciler:
             self.kube.apply(deployment)
             self.kube.apply(service)
         else:
-            self.kube.delete_deployment(pdd.namespace, f"{pdd.name}-router")
+            self.kube.delete_router(pdd.namespace, f"{pdd.name}-router")
         self._applied[pdd.uid] = pdd.generation
 
     def _event(self, pdd: PDDeployment, reason: str, message: str, warning: bool = False) -> None:
