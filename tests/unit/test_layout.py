@@ -62,3 +62,16 @@ def test_no_command_prints_help_and_fails() -> None:
     result = _xpyd()
     assert result.returncode == 2
     assert "usage: xpyd" in result.stdout
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    pipeline = subprocess.run(
+        f"{sys.executable} -m xpyd_controller.cli plan --model llama-3.1-8b --gpu h100-sxm --rate 1 "
+        "--isl 1000 --osl 100 --sweep rate=1:3000 | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert pipeline.stdout.startswith("model")
+    assert "Traceback" not in pipeline.stderr and "BrokenPipeError" not in pipeline.stderr
