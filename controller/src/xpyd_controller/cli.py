@@ -32,13 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     version = sub.add_parser("version", help="print the xpyd version")
     version.set_defaults(func=lambda _args: print(f"xpyd {__version__}") or 0)
     for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:
-                raise
-            continue  # subcommand not built yet
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
