@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "pddeployments.xpyd.dev.yaml"
@@ -21,9 +22,22 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
 @pytest.fixture(scope="session")
 def pdd_crd(kube_cluster: LocalCluster) -> str:
     """Installs the CRD once per session and waits until the API server serves it."""
-    kube_cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    kube_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/pddeployments.xpyd.dev")
+    install_crd(kube_cluster)
     return "pddeployments.xpyd.dev"
+
+
+def install_crd(cluster: LocalCluster) -> None:
+    """Apply the CRD and wait until it is Established (polling: `kubectl wait` fails before any status)."""
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    wait_until(
+        lambda: (
+            cluster.kubectl("get", "crd", "pddeployments.xpyd.dev", "-o", f"jsonpath={established}").stdout
+            == "True"
+        ),
+        60,
+        "the PDDeployment CRD to be Established",
+    )
 
 
 def manifest(name: str = "v", **spec: Any) -> dict[str, Any]:
