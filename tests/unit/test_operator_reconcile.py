@@ -189,3 +189,15 @@ def test_restart_switch_survives_a_crash_between_delete_and_create() -> None:
         "prefill",
     ]
     assert [m for r, m in kube.events if r == "Converted"] and len(kube.pods) == 3
+
+
+def test_corrupt_record_blocks_with_a_condition_instead_of_guessing() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    reconciler.reconcile(body())
+    kube.pods["p-1"]["metadata"]["annotations"] = {"xpyd.dev/transition": "{not json"}
+    assert reconciler.reconcile(body()) is False
+    assert reconciler.reconcile(body()) is False
+    warnings = [m for r, m in kube.events if r == "InvalidRecord"]
+    assert len(warnings) == 1 and "xpyd.dev/transition" in warnings[0]
+    assert {c["reason"] for c in kube.statuses[-1]["conditions"]} == {"InvalidRecord"}

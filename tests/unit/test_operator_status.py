@@ -8,7 +8,7 @@ import pytest
 from tests.unit.test_operator_plan import HASHES, NOW, D, P, convert, make_instance, make_spec
 
 from xpyd_operator.plan.instances import Instance
-from xpyd_operator.status import StatusInput, compute_status, invalid_spec_conditions
+from xpyd_operator.status import StatusInput, blocked_conditions, compute_status
 
 
 def status_of(
@@ -118,5 +118,6 @@ def test_transition_time_kept_while_status_unchanged() -> None:
 
 
 def test_invalid_spec_is_reported_as_degraded() -> None:
-    found = {c["type"]: (c["status"], c["reason"]) for c in invalid_spec_conditions("bad", 2, NOW, [])}
+    blocked = blocked_conditions("InvalidSpec", "bad", 2, NOW, [])
+    found = {c["type"]: (c["status"], c["reason"]) for c in blocked}
     assert found == {"Ready": ("False", "InvalidSpec"), "Degraded": ("True", "InvalidSpec")}

@@ -66,6 +66,7 @@ class Reason(StrEnum):
     PODS_FAILED = "PodsFailed"
     HEALTHY = "Healthy"
     INVALID_SPEC = "InvalidSpec"
+    INVALID_RECORD = "InvalidRecord"
     CONVERTING = "ConvertingRoles"
     NO_CONVERSION = "NoConversion"
     CREATED = "Created"

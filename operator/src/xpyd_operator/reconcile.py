@@ -37,7 +37,7 @@ from xpyd_operator.plan.actions import (
 )
 from xpyd_operator.plan.instances import Instance, Step, TransitionKind, parse_instance
 from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
-from xpyd_operator.status import StatusInput, compute_status, invalid_spec_conditions
+from xpyd_operator.status import StatusInput, blocked_conditions, compute_status
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class Reconciler:
     clock: Callable[[], float] = time.time
     # uid -> generation whose services and router were last applied (re-applied after a restart).
     _applied: dict[str, int] = field(default_factory=dict)
-    # uid -> generation whose invalid spec was already reported (one Event per bad generation).
-    _reported_invalid: dict[str, int] = field(default_factory=dict)
+    # uid -> (generation, message) of the permanent error last reported (one Event per error).
+    _reported_blocked: dict[str, tuple[int, str]] = field(default_factory=dict)
     # uid -> restarts in progress (mirrors status.pendingRestarts, read at the start of every pass).
     _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -59,12 +59,16 @@ class Reconciler:
         try:
             pdd = parse_pdd(dict(body))
         except SpecError as error:
-            self._report_invalid(body, str(error))
+            self._report_blocked(body, Reason.INVALID_SPEC, str(error))
             return False
         self._apply_owned(pdd)
         self._pending[pdd.uid] = list((body.get("status") or {}).get("pendingRestarts") or [])
         self._resume_restarts(pdd)
-        instances = self._observe(pdd)
+        try:
+            instances = self._observe(pdd)
+        except ValueError as error:  # a corrupt record on a pod: guessing its step could repeat a step
+            self._report_blocked(body, Reason.INVALID_RECORD, str(error))
+            return False
         hashes = {role: render.template_hash(pdd.spec, role) for role in Role}
         in_flight = self._read_loads(pdd, instances)
         actions = plan(PlanInput(pdd.name, pdd.spec, instances, hashes, in_flight, self.clock()))
@@ -97,7 +101,7 @@ class Reconciler:
     def forget(self, uid: str) -> None:
         self._applied.pop(uid, None)
         self._pending.pop(uid, None)
-        self._reported_invalid.pop(uid, None)
+        self._reported_blocked.pop(uid, None)
 
     # --- observe ---------------------------------------------------------------------------------
 
@@ -301,7 +305,7 @@ class Reconciler:
             return
         self.kube.patch_status(pdd.namespace, pdd.name, status)
 
-    def _report_invalid(self, body: Mapping[str, Any], message: str) -> None:
+    def _report_blocked(self, body: Mapping[str, Any], reason: str, message: str) -> None:
         metadata = body.get("metadata") or {}
         name, namespace, uid = (
             metadata.get("name", ""),
@@ -310,8 +314,8 @@ class Reconciler:
         )
         generation = int(metadata.get("generation") or 0)
         previous = (body.get("status") or {}).get("conditions") or []
-        conditions = invalid_spec_conditions(message, generation, self.clock(), previous)
+        conditions = blocked_conditions(reason, message, generation, self.clock(), previous)
         self.kube.patch_status(namespace, name, {"observedGeneration": generation, "conditions": conditions})
-        if self._reported_invalid.get(uid) != generation:
-            self.kube.event(ObjectRef(name, namespace, uid), Reason.INVALID_SPEC, message, warning=True)
-            self._reported_invalid[uid] = generation
+        if self._reported_blocked.get(uid) != (generation, message):
+            self.kube.event(ObjectRef(name, namespace, uid), reason, message, warning=True)
+            self._reported_blocked[uid] = (generation, message)

@@ -163,12 +163,13 @@ def compute_status(inp: StatusInput) -> dict[str, Any]:
     }
 
 
-def invalid_spec_conditions(
-    message: str, generation: int, now: float, previous: Sequence[Mapping[str, Any]]
+def blocked_conditions(
+    reason: str, message: str, generation: int, now: float, previous: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Conditions for a spec the operator cannot reconcile (a permanent error, shown instead of retried)."""
+    """Conditions when reconciling cannot proceed until a person fixes something (a permanent error):
+    a spec the operator cannot use, or a corrupt conversion record on a pod."""
     condition = _ConditionMaker(previous, generation, now)
     return [
-        condition(ConditionType.READY, False, Reason.INVALID_SPEC, message),
-        condition(ConditionType.DEGRADED, True, Reason.INVALID_SPEC, message),
+        condition(ConditionType.READY, False, reason, message),
+        condition(ConditionType.DEGRADED, True, reason, message),
     ]
