@@ -7,22 +7,13 @@ import math
 from typing import Any
 
 import pytest
+from tests.unit.test_policy_static import CONTEXT
 
 from xpyd_controller.model.roofline import prefill_seconds
-from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
-from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
+from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.dynamo import DynamoPlanner, EngineProfile
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Limits, Observation, PoolState
-
-CONTEXT = PolicyContext(
-    model=ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128),
-    gpu=GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9),
-    link=LinkSpec(bandwidth=50e9, overhead=2e-3),
-    ttft_slo_s=0.6,
-    tpot_slo_s=0.1,
-    step_overhead_s=5e-3,
-)
 
 
 def observe(time_s: float, **changes: Any) -> Observation:

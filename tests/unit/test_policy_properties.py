@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.unit.test_policy_static import CONTEXT
 
-from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
-from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.registry import POLICIES, make_policy
 from xpyd_controller.policy.types import Limits, Observation, PoolState
 
-CONTEXT = PolicyContext(
-    model=ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128),
-    gpu=GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9),
-    link=LinkSpec(bandwidth=50e9, overhead=2e-3),
-    ttft_slo_s=0.6,
-    tpot_slo_s=0.1,
-    prefill_gpus_per_instance=2,
-    initial_prefill=9,
-    initial_decode=9,
-)
+WIDE = dataclasses.replace(CONTEXT, prefill_gpus_per_instance=2, initial_prefill=9, initial_decode=9)
 maybe = st.one_of(st.none(), st.just(0.0), st.floats(0.01, 1e4))
 pool = st.builds(PoolState, ready=st.integers(0, 20), starting=st.integers(0, 3), draining=st.integers(0, 2))
 observation_fields = st.fixed_dictionaries(
@@ -49,7 +41,7 @@ observation_fields = st.fixed_dictionaries(
 def test_decisions_stay_within_limits_and_budget(
     name: str, steps: list[dict[str, object]], budget: int | None, maximum: int, minimum: int
 ) -> None:
-    policy = make_policy(name, CONTEXT)
+    policy = make_policy(name, WIDE)
     limits = Limits(
         prefill_min=minimum, prefill_max=maximum, decode_min=minimum, decode_max=maximum, gpu_budget=budget
     )

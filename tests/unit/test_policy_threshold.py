@@ -6,9 +6,9 @@ import dataclasses
 from typing import Any
 
 import pytest
+from tests.unit.test_policy_static import CONTEXT
 
-from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
-from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
+from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.threshold import ThresholdConfig, ThresholdPolicy
 from xpyd_controller.policy.types import Limits, Observation, PoolState
@@ -86,14 +86,7 @@ def test_running_target_replaces_kv_target() -> None:
 
 
 def test_factory_applies_knobs_and_rejects_unknown_ones() -> None:
-    context = PolicyContext(
-        model=ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128),
-        gpu=GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9),
-        link=LinkSpec(bandwidth=50e9),
-        ttft_slo_s=0.6,
-        tpot_slo_s=0.1,
-        knobs={"prefill_queue_target": 4, "down_window_s": 60},
-    )
+    context = dataclasses.replace(CONTEXT, knobs={"prefill_queue_target": 4, "down_window_s": 60})
     policy = make_policy("threshold", context)
     assert isinstance(policy, ThresholdPolicy)
     assert policy.config.prefill_queue_target == 4.0

@@ -9,22 +9,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.unit.test_policy_static import CONTEXT
 
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
-from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
-from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
+from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
 from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy
 
-CONTEXT = PolicyContext(
-    model=ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128),
-    gpu=GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9),
-    link=LinkSpec(bandwidth=50e9, overhead=2e-3),
-    ttft_slo_s=0.6,
-    tpot_slo_s=0.1,
-    step_overhead_s=5e-3,
-)
 ISL, OSL = 6000.0, 300.0
 
 
