@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xpyd_controller.sim.traces import (
     Constant,
@@ -194,3 +196,26 @@ def test_mix_drift_rejects_weights_outside_unit_interval() -> None:
 def test_hit_fraction_applies_to_every_prompt() -> None:
     trace = synthesize(1, 2.0, SEED_LENGTHS, count=100, hit_fraction=0.25)
     np.testing.assert_array_equal(trace.prefix_hit_tokens, np.floor(trace.prompt_tokens * 0.25))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    before=st.floats(0.0, 50.0),
+    after=st.floats(0.0, 50.0),
+    at_s=st.floats(0.0, 200.0),
+    duration_s=st.floats(0.5, 300.0),
+    cv=st.floats(0.2, 5.0),
+    hit=st.floats(0.0, 0.99),
+)
+def test_any_synthetic_trace_is_valid(
+    *, seed: int, before: float, after: float, at_s: float, duration_s: float, cv: float, hit: float
+) -> None:
+    trace = synthesize(
+        seed, Step(before, after, at_s), SEED_LENGTHS, duration_s=duration_s, cv=cv, hit_fraction=hit
+    )
+    assert np.all(np.diff(trace.arrival_s) >= 0)
+    assert len(trace) == 0 or (trace.arrival_s[0] >= 0 and trace.arrival_s[-1] < duration_s)
+    if before == 0:
+        assert np.all(trace.arrival_s >= at_s - 1.0)  # the rate is integrated on a 1 s grid
+    assert np.all(trace.prefix_hit_tokens <= trace.prompt_tokens)
