@@ -14,6 +14,7 @@ from e2e.harness.procs import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "pddeployments.xpyd.dev.yaml"
+CRD_NAME = "pddeployments.xpyd.dev"
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
 def pdd_crd(kube_cluster: LocalCluster) -> str:
     """Installs the CRD once per session and waits until the API server serves it."""
     install_crd(kube_cluster)
-    return "pddeployments.xpyd.dev"
+    return CRD_NAME
 
 
 def install_crd(cluster: LocalCluster) -> None:
@@ -32,7 +33,8 @@ def install_crd(cluster: LocalCluster) -> None:
     established = '{.status.conditions[?(@.type=="Established")].status}'
     wait_until(
         lambda: (
-            cluster.kubectl("get", "crd", "pddeployments.xpyd.dev", "-o", f"jsonpath={established}").stdout
+            # check=False: the jsonpath filter errors until the CRD has its first condition
+            cluster.kubectl("get", "crd", CRD_NAME, "-o", f"jsonpath={established}", check=False).stdout
             == "True"
         ),
         60,
