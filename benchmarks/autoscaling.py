@@ -133,7 +133,7 @@ def quality_verdict(outcomes: list[Outcome]) -> list[str]:
         if reference in have:
             ratio = mean("xpyd", "gpu_hours") / mean(reference, "gpu_hours")
             verdict = "met" if ratio <= bound else "NOT met"
-            lines.append(f"- GPU-hours ≤ {bound}× {reference}: {ratio:.2f}× → {verdict}")
+            lines.append(f"- GPU-hours ≤ {bound}× {reference}: {ratio:.3f}× → {verdict}")
     if "dynamo" in have:
         ours, theirs = (
             mean("xpyd", "good_requests_per_gpu_hour"),
