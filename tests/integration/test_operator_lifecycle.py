@@ -8,6 +8,7 @@ annotations; the operator never talks to pod IPs (XPYD_PROBE_POD_IP=false).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,20 @@ def test_delete_garbage_collects_everything(
         return not owned["items"]
 
     wait_until(nothing_left, 90, "owned pods, services and the router to be garbage-collected")
+
+
+def test_namespaced_operator_leaves_other_namespaces_alone(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory
+) -> None:
+    start_operator()  # watches `namespace` only
+    other = f"{namespace}-other"
+    kube_cluster.kubectl("create", "namespace", other)
+    try:
+        apply(kube_cluster, other, manifest("elsewhere"))
+        apply(kube_cluster, namespace, manifest("here"))
+        wait_ready(kube_cluster, namespace, "here")
+        time.sleep(3)  # several reconcile periods of the operator (XPYD_RESYNC_SECONDS=2)
+        assert not instance_pods(kube_cluster, other, "elsewhere")
+        assert "status" not in get_json(kube_cluster, "pdd", "elsewhere", "-n", other)
+    finally:
+        kube_cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
