@@ -822,6 +822,7 @@ class _Simulation:
         events = 0
         t = 0.0
         heappop = heapq.heappop
+        lifecycle = {_READY: self._on_ready, _PREFILL_IDLE: self._check_drained, _RETIRE: self._retire}
         while self.done_count < n:
             ta = arrival[next_arrival] if next_arrival < n else math.inf
             if not heap or ta <= heap[0][0]:
@@ -848,18 +849,10 @@ class _Simulation:
             elif kind == _TICK:
                 self._tick(t)
                 self._push(t + interval, _TICK)
-            elif kind == _READY:
+            else:  # lifecycle events of one instance, stale once its version moved on
                 assert isinstance(obj, _Instance)
                 if version == obj.version:
-                    self._on_ready(obj, t)
-            elif kind == _PREFILL_IDLE:
-                assert isinstance(obj, _Instance)
-                if version == obj.version:
-                    self._check_drained(obj, t)
-            elif kind == _RETIRE:
-                assert isinstance(obj, _Instance)
-                if version == obj.version:
-                    self._retire(obj, t)
+                    lifecycle[kind](obj, t)
         end = t
         gpu_seconds = self.gpu_seconds + sum(
             (end - i.created_s) * self.cfg.hardware.gpus_per_instance for i in self.instances
