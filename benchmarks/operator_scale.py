@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from e2e.harness.cluster import LocalCluster, start_cluster  # noqa: E402
-from tests.integration.test_crd_validation import install_crd  # noqa: E402
 
 from xpyd_api.names import ANNOTATION_CONVERSIONS, ANNOTATION_ENGINE_URL  # noqa: E402
 from xpyd_operator.testing import EngineStub, OperatorProcess  # noqa: E402
@@ -192,7 +191,7 @@ def main() -> int:
     nodes = -(-args.pdds * INSTANCES_PER_PDD // GPUS_PER_NODE) + 1
     log = Path(tempfile.mkdtemp(prefix="xpyd-bench-")) / "operator.log"
     with start_cluster(nodes=nodes) as cluster, EngineStub() as engines:
-        install_crd(cluster)
+        cluster.install_crd(ROOT / "crds" / "pddeployments.xpyd.dev.yaml")
         with OperatorProcess(cluster.env(), log, settings={"XPYD_ACTIVE_POLL_SECONDS": "0.2"}) as operator:
             time.sleep(5)
             assert operator.process is not None

@@ -72,6 +72,24 @@ class LocalCluster:
             )
         return result
 
+    def install_crd(self, path: Path, timeout: float = 60) -> str:
+        """Apply a CRD (server-side) and wait until it is Established; returns its name.
+
+        Polls instead of `kubectl wait`, which fails outright while the CRD has no status conditions yet.
+        """
+        name = self.kubectl("apply", "--server-side", "-f", str(path), "-o", "name").stdout.strip()
+        name = name.removeprefix("customresourcedefinition.apiextensions.k8s.io/")
+        established = '{.status.conditions[?(@.type=="Established")].status}'
+        wait_until(
+            lambda: (
+                self.kubectl("get", "crd", name, "-o", f"jsonpath={established}", check=False).stdout
+                == "True"
+            ),
+            timeout,
+            f"CRD {name} to be Established",
+        )
+        return name
+
     def dump_logs(self, tail: int = 60) -> None:
         """Print the tail of every control-plane component's log to stderr (used when a test failed)."""
         if self.logs_dir is None or not self.logs_dir.exists():

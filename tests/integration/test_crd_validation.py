@@ -10,53 +10,11 @@ from typing import Any
 import pytest
 import yaml
 from e2e.harness.cluster import LocalCluster
-from e2e.harness.procs import wait_until
+from tests.integration.pdd import ROOT, manifest
 
-ROOT = Path(__file__).resolve().parents[2]
-CRD_PATH = ROOT / "crds" / "pddeployments.xpyd.dev.yaml"
-CRD_NAME = "pddeployments.xpyd.dev"
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
-
-
-@pytest.fixture(scope="session")
-def pdd_crd(kube_cluster: LocalCluster) -> str:
-    """Installs the CRD once per session and waits until the API server serves it."""
-    install_crd(kube_cluster)
-    return CRD_NAME
-
-
-def install_crd(cluster: LocalCluster) -> None:
-    """Apply the CRD and wait until it is Established (polling: `kubectl wait` fails before any status)."""
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    established = '{.status.conditions[?(@.type=="Established")].status}'
-    wait_until(
-        lambda: (
-            # check=False: the jsonpath filter errors until the CRD has its first condition
-            cluster.kubectl("get", "crd", CRD_NAME, "-o", f"jsonpath={established}", check=False).stdout
-            == "True"
-        ),
-        60,
-        "the PDDeployment CRD to be Established",
-    )
-
-
-def manifest(name: str = "v", **spec: Any) -> dict[str, Any]:
-    """A valid PDDeployment, with spec sections merged over the minimal one."""
-    base: dict[str, Any] = {
-        "model": {"name": "m"},
-        "engine": {"image": "vllm:1"},
-        "router": {"image": "router:1"},
-    }
-    for key, value in spec.items():
-        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
-    return {
-        "apiVersion": "xpyd.dev/v1alpha1",
-        "kind": "PDDeployment",
-        "metadata": {"name": name},
-        "spec": base,
-    }
 
 
 def server_create(cluster: LocalCluster, namespace: str, body: dict[str, Any], dry_run: bool = True) -> Any:

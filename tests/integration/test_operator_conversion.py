@@ -11,17 +11,15 @@ from typing import Any
 import pytest
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import wait_until
-from tests.integration.test_crd_validation import manifest, pdd_crd
-from tests.integration.test_operator_lifecycle import (
+from tests.integration.pdd import (
     OperatorFactory,
     apply,
-    engines,
     events,
     instance_pods,
+    manifest,
     patch_spec,
     point_at_engines,
     roles,
-    start_operator,
     wait_ready,
 )
 
@@ -29,7 +27,6 @@ from xpyd_api.names import ANNOTATION_CONVERSIONS, ANNOTATION_TRANSITION
 from xpyd_operator.testing import EngineStub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
-__all__ = ["engines", "pdd_crd", "start_operator"]  # re-exported fixtures
 
 
 def placement(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:

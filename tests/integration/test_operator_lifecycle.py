@@ -9,101 +9,29 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import wait_until
-from tests.integration.test_crd_validation import manifest, pdd_crd
+from tests.integration.pdd import (
+    OperatorFactory,
+    apply,
+    events,
+    get_json,
+    instance_pods,
+    manifest,
+    patch_spec,
+    point_at_engines,
+    roles,
+    wait_ready,
+)
 
 from xpyd_api.models import parse_pdd
-from xpyd_api.names import ANNOTATION_ENGINE_URL, Role
+from xpyd_api.names import Role
 from xpyd_operator import render
-from xpyd_operator.testing import EngineStub, OperatorProcess
+from xpyd_operator.testing import EngineStub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
-__all__ = ["pdd_crd"]  # re-exported fixture
-
-FAST_SETTINGS = {"XPYD_RESYNC_SECONDS": "2", "XPYD_ACTIVE_POLL_SECONDS": "0.3"}
-OperatorFactory = Callable[[], OperatorProcess]
-
-
-@pytest.fixture
-def start_operator(
-    kube_cluster: LocalCluster, namespace: str, tmp_path: Path
-) -> Iterator[Callable[[], OperatorProcess]]:
-    """Starts operator processes for this test's namespace; every one is stopped at teardown."""
-    started: list[OperatorProcess] = []
-
-    def start() -> OperatorProcess:
-        process = OperatorProcess(kube_cluster.env(), tmp_path / "operator.log", [namespace], FAST_SETTINGS)
-        process.start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-    if started:
-        print(f"--- operator log ---\n{started[-1].log_tail(120)}")
-
-
-@pytest.fixture
-def engines() -> Iterator[EngineStub]:
-    with EngineStub() as stub:
-        yield stub
-
-
-def apply(cluster: LocalCluster, namespace: str, body: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
-
-
-def patch_spec(cluster: LocalCluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    cluster.kubectl("patch", "pdd", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": spec}))
-
-
-def get_json(cluster: LocalCluster, *args: str) -> Any:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-
-
-def instance_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    selector = f"xpyd.dev/pdd={name},xpyd.dev/component=instance"
-    pods: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
-    return pods
-
-
-def is_ready(pdd: dict[str, Any]) -> bool:
-    conditions = (pdd.get("status") or {}).get("conditions") or []
-    generation = pdd["metadata"]["generation"]
-    return (pdd.get("status") or {}).get("observedGeneration") == generation and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in conditions
-    )
-
-
-def wait_ready(cluster: LocalCluster, namespace: str, name: str, timeout: float = 90) -> dict[str, Any]:
-    wait_until(lambda: is_ready(get_json(cluster, "pdd", name, "-n", namespace)), timeout, f"{name} Ready")
-    pdd: dict[str, Any] = get_json(cluster, "pdd", name, "-n", namespace)
-    return pdd
-
-
-def roles(pods: list[dict[str, Any]]) -> dict[str, str]:
-    return {p["metadata"]["name"]: p["metadata"]["labels"]["xpyd.dev/role"] for p in pods}
-
-
-def point_at_engines(
-    cluster: LocalCluster, namespace: str, stub: EngineStub, pods: list[dict[str, Any]]
-) -> None:
-    for pod in pods:
-        pod_name = pod["metadata"]["name"]
-        annotation = f"{ANNOTATION_ENGINE_URL}={stub.url(pod_name)}"
-        cluster.kubectl("annotate", "pod", pod_name, "-n", namespace, "--overwrite", annotation)
-
-
-def events(cluster: LocalCluster, namespace: str, reason: str) -> list[str]:
-    items = get_json(cluster, "events", "-n", namespace, "--field-selector", f"reason={reason}")["items"]
-    return [item["message"] for item in items]
 
 
 def test_create_runs_instances_router_and_reports_status(

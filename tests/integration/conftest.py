@@ -1,0 +1,44 @@
+"""Fixtures shared by the cluster tests of the PDDeployment CRD and the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from e2e.harness.cluster import LocalCluster
+from tests.integration.pdd import CRD_PATH, FAST_SETTINGS
+
+from xpyd_operator.testing import EngineStub, OperatorProcess
+
+
+@pytest.fixture(scope="session")
+def pdd_crd(kube_cluster: LocalCluster) -> str:
+    """Installs the CRD once per session and waits until the API server serves it; returns its name."""
+    return kube_cluster.install_crd(CRD_PATH)
+
+
+@pytest.fixture
+def start_operator(
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> Iterator[Callable[[], OperatorProcess]]:
+    """Starts operator processes for this test's namespace; every one is stopped at teardown."""
+    started: list[OperatorProcess] = []
+
+    def start() -> OperatorProcess:
+        process = OperatorProcess(kube_cluster.env(), tmp_path / "operator.log", [namespace], FAST_SETTINGS)
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+    if started:
+        print(f"--- operator log ---\n{started[-1].log_tail(120)}")
+
+
+@pytest.fixture
+def engines() -> Iterator[EngineStub]:
+    with EngineStub() as stub:
+        yield stub
