@@ -127,3 +127,17 @@ def test_builtins_include_the_seed_and_a_drift_day() -> None:
         return float(drift.prompt_tokens[mask].mean() / drift.output_tokens[mask].mean())
 
     assert ratio(last) > 3 * ratio(first)
+
+
+@pytest.mark.parametrize("kind", ["poisson", "gamma", "diurnal"])
+def test_traffic_hit_fraction_marks_cached_prompt_tokens(kind: str) -> None:
+    scenario = scenario_from_mapping(
+        {
+            "hardware": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "link": "ib-400g"},
+            "fleet": {"mode": "disagg", "prefill": 1, "decode": 1},
+            "traffic": {"kind": kind, "rate": 2, "duration_s": 600, "cv": 2, "hit_fraction": 0.5},
+        }
+    )
+    trace = scenario.traffic.build(seed=3)
+    assert len(trace) > 100
+    np.testing.assert_array_equal(trace.prefix_hit_tokens, trace.prompt_tokens // 2)

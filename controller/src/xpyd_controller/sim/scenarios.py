@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
@@ -57,7 +58,6 @@ from xpyd_controller.sim.traces import (
     gamma_bursts,
     load_trace,
     mix_drift_day,
-    poisson,
     step,
     synthesize,
 )
@@ -117,6 +117,8 @@ class Traffic:
             raise SimConfigError("traffic.kind", self.kind, f"must be one of {', '.join(TRAFFIC_KINDS)}")
         if not self.rate > 0:
             raise SimConfigError("traffic.rate", self.rate, "must be > 0 requests/s")
+        if not 0 <= self.hit_fraction < 1:
+            raise SimConfigError("traffic.hit_fraction", self.hit_fraction, "must be in [0, 1)")
         needs = {
             "step": ("after", "at_s", "duration_s"),
             "gamma": ("duration_s",),
@@ -131,7 +133,6 @@ class Traffic:
         """The requests for `seed`; `rate` overrides the scenario's (mean) rate."""
         rate = self.rate if rate is None else rate
         scale = rate / self.rate
-        duration = self.duration_s
         if self.kind == "seed":
             low, high = self.lengths.prompt, self.lengths.output
             return seed_requests(rate, self.count or SEED_ARRIVALS, seed, low, high)
@@ -139,24 +140,29 @@ class Traffic:
             assert self.path is not None
             trace = load_trace(self.path)
             return trace if rate == self.rate else trace.with_time_scale(1 / scale)
+        trace = self._synthetic(seed, rate, scale)
+        if not self.hit_fraction:
+            return trace
+        hits = np.floor(trace.prompt_tokens * self.hit_fraction).astype(np.int64)
+        return Trace(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, hits, name=trace.name)
+
+    def _synthetic(self, seed: int, rate: float, scale: float) -> Trace:
         lengths = self.lengths.build()
+        duration = self.duration_s
         if self.kind == "poisson":
             if self.count is None and duration is None:
                 duration = 3600.0
-            if self.cv != 1.0 or self.hit_fraction:
-                return synthesize(
-                    seed,
-                    rate,
-                    lengths,
-                    duration_s=duration,
-                    count=self.count,
-                    cv=self.cv,
-                    hit_fraction=self.hit_fraction,
-                )
-            return poisson(seed, rate, lengths, duration_s=duration, count=self.count)
-        assert duration is not None or self.kind in ("diurnal", "drift")
+            return synthesize(
+                seed,
+                rate,
+                lengths,
+                duration_s=duration,
+                count=self.count,
+                cv=self.cv,
+                name=f"poisson-{rate:g}",
+            )
         if self.kind == "gamma":
-            assert duration is not None
+            assert duration is not None  # checked at construction
             return gamma_bursts(seed, rate, self.cv, lengths, duration_s=duration)
         if self.kind == "step":
             assert duration is not None and self.after is not None and self.at_s is not None
