@@ -210,12 +210,13 @@ class _Simulation:
         self.first_token = [math.nan] * n
         self.finish = [math.nan] * n
         self.max_gap = [0.0] * n
-        self.gap_start: dict[int, int] = {}
+        self.gap_start = [0] * n  # a member's first index on its instance's gap stack
         self.prefill_done = [math.nan] * n
         self.gap_hist: dict[float, int] = {}  # exact token gap (s) -> count
         self.gap_bins: dict[int, int] = {}  # folded: log bin -> count
         self.done_count = 0
-        # Windowed signals for the policy: (event time, value) in time order.
+        # Windowed signals for the policy: (event time, value) in time order; only a policy reads them.
+        self.track_signals = policy is not None
         self.ttft_times: list[float] = []
         self.ttft_values: list[float] = []
         self.tpot_times: list[float] = []
@@ -395,9 +396,9 @@ class _Simulation:
             roomy = [i for i in ready if self._has_room(i, rid)]
             if not roomy:
                 return False
-            best = min(roomy, key=_batch_size)
+            best = _smallest_batch(roomy)
         else:
-            best = min(ready, key=_batch_size)
+            best = _smallest_batch(ready)
         op = best.op
         best.kv_used += self.kv_need[rid]
         if op == _IDLE:
@@ -521,14 +522,14 @@ class _Simulation:
             _record_gap(inst, gap)
         if fresh:
             start_index = inst.gap_count
-            arrival = self.arrival
-            gap_start = self.gap_start
-            ttft_values = self.ttft_values
+            first_token, gap_start = self.first_token, self.gap_start
             for rid in fresh:
-                self.first_token[rid] = first_end
+                first_token[rid] = first_end
                 gap_start[rid] = start_index
-                ttft_values.append(first_end - arrival[rid])
-            self.ttft_times.extend([first_end] * len(fresh))
+            if self.track_signals:
+                arrival = self.arrival
+                self.ttft_values.extend([first_end - arrival[rid] for rid in fresh])
+                self.ttft_times.extend([first_end] * len(fresh))
             fresh.clear()
         if later:
             hist[step] = hist.get(step, 0) + later
@@ -573,12 +574,12 @@ class _Simulation:
         inst.kv_used -= inst.members.pop(rid)
         inst.ctx_sum -= self.ctx[rid]
         at = inst.gap_max_at
-        index = bisect_left(at, self.gap_start.pop(rid))
+        index = bisect_left(at, self.gap_start[rid])
         if index < len(at):
             self.max_gap[rid] = inst.gap_max_value[index]
         self.finish[rid] = t
         out = self.output[rid]
-        if out > 1:
+        if out > 1 and self.track_signals:
             self.tpot_values.append((t - self.first_token[rid]) / (out - 1))
             self.tpot_times.append(t)
         self.done_count += 1
@@ -888,8 +889,15 @@ def _record_gap(inst: _Instance, gap: float) -> None:
     inst.gap_count += 1
 
 
-def _batch_size(inst: _Instance) -> int:
-    return len(inst.members)
+def _smallest_batch(instances: list[_Instance]) -> _Instance:
+    """The instance with the fewest members, ties to the first (`min` without a key call each)."""
+    best = instances[0]
+    fewest = len(best.members)
+    for inst in instances:
+        size = len(inst.members)
+        if size < fewest:
+            best, fewest = inst, size
+    return best
 
 
 def _window_p90(times: list[float], values: list[float], start: float, end: float) -> float | None:
