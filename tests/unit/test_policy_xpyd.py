@@ -313,6 +313,32 @@ def test_no_release_from_a_pool_within_tolerance() -> None:
     assert (decision.prefill, decision.decode) == (x, y)
 
 
+def test_a_pool_inside_its_band_releases_down_to_its_floor_when_the_other_grows() -> None:
+    x, y = floor(20.0)
+    decision = policy(tolerance=0.5).decide(observe(0, x - 1, y + 1), Limits())
+    assert decision.details["decode_down_target"] >= y + 1  # the band alone would keep y + 1
+    assert "DecodeWithinTolerance" in decision.reasons and "DecodeReleasedForConversion" in decision.reasons
+    assert counts(decision) == (x, y)
+
+
+@pytest.mark.parametrize(
+    ("prefill_offset", "changes"),
+    [
+        (0, {}),  # prefill at its floor: nothing grows, the band keeps decode
+        (-1, {"mean_input_tokens": None, "mean_output_tokens": None}),  # partial data: never down
+    ],
+)
+def test_no_release_inside_the_band_without_growth_or_with_partial_data(
+    prefill_offset: int, changes: dict[str, Any]
+) -> None:
+    x, y = floor(20.0)
+    scaler = policy(tolerance=0.5)
+    scaler.decide(observe(0, x, y + 1), Limits())  # lengths seen once, so later gaps are partial data
+    decision = scaler.decide(observe(15, x + prefill_offset, y + 1, **changes), Limits())
+    assert decision.decode == y + 1
+    assert not any("ReleasedForConversion" in reason for reason in decision.reasons)
+
+
 @pytest.mark.parametrize(
     ("knobs", "measured", "expected", "reason"),
     [

@@ -217,7 +217,12 @@ class XpydPolicy:
         )
         decided = [layered.prefill, layered.decode]
         if self.context.prefill_gpus_per_instance == self.context.decode_gpus_per_instance:
-            reasons.append(_release_for_conversion(supply, recommended, decided, held, limits))
+            # A pool that is not asking to grow may give away anything above its model floor.
+            keep = [
+                want if demand.partial or want > have else floor
+                for want, have, floor in zip(recommended, supply, floors, strict=True)
+            ]
+            reasons.append(_release_for_conversion(supply, keep, decided, held, limits))
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -272,19 +277,22 @@ class XpydPolicy:
 
 
 def _release_for_conversion(
-    supply: list[int], recommended: list[int], decided: list[int], held: list[bool], limits: Limits
+    supply: list[int], keep: list[int], decided: list[int], held: list[bool], limits: Limits
 ) -> str:
     """Let a pool with a surplus give instances to a pool that grows now, instead of after its window.
 
-    The surplus is what the tolerance band already called unneeded (supply above the size that meets
-    demand × (1 + tolerance)), so releasing it early is safe; the driver then converts those instances
-    in place instead of cold-starting new ones and draining the surplus minutes later. Only between
-    pools of equal GPU width, where conversion is possible at all.
+    The surplus is supply above `keep`: the model floor (the size that meets current demand) for a
+    pool not asking to grow. That is below the tolerance band's scale-down target on purpose: the band
+    guards a pool against flapping through cold starts, but here the instance is not deleted, it
+    converts in place (seconds) where the other pool would otherwise cold-start one (minutes). When
+    the mix drifts, the pool losing demand sits inside its band while the other crosses its floor, so
+    releasing only what the band calls unneeded would almost never pair. Only between pools of equal
+    GPU width, where conversion is possible at all.
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, shrink, role in ((0, 1, "Decode"), (1, 0, "Prefill")):
         growth = decided[grow] - supply[grow]
-        surplus = min(decided[shrink], supply[shrink]) - max(recommended[shrink], minimums[shrink])
+        surplus = min(decided[shrink], supply[shrink]) - max(keep[shrink], minimums[shrink])
         if growth > 0 and surplus > 0 and not held[shrink]:
             decided[shrink] = min(decided[shrink], supply[shrink]) - min(growth, surplus)
             return f"{role}ReleasedForConversion"
