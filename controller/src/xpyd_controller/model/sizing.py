@@ -142,18 +142,27 @@ class Slo:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """GPUs per instance on each side and fixed overheads (seconds): per decode step, per remote prefill."""
+    """GPUs per instance on each side and fixed overheads (seconds): per decode step, per remote prefill.
+
+    `kv_memory_fraction`: the share of a decode instance's HBM the serving engine may fill (vLLM's
+    `gpu_memory_utilization`, the simulator's `Realism.kv_memory_fraction`); its KV cache gets that
+    share minus the weights. 1 (the seeds) lets the KV fill all HBM left after the weights.
+    """
 
     prefill_gpus: Numeric = 1
     decode_gpus: Numeric = 1
     step_overhead: Numeric = 0.0
     remote_overhead: Numeric = 0.0
+    kv_memory_fraction: Numeric = 1.0
 
     def __post_init__(self) -> None:
         _whole("prefill_gpus", self.prefill_gpus)
         _whole("decode_gpus", self.decode_gpus)
         require_non_negative("step_overhead", self.step_overhead)
         require_non_negative("remote_overhead", self.remote_overhead)
+        require(
+            "kv_memory_fraction", self.kv_memory_fraction, "must be in (0, 1]", lambda a: (a > 0) & (a <= 1)
+        )
 
 
 # Keys of `Plan.as_dict()` that DESIGN.md fixes for `xpyd plan --json`; tests hold the output to them.
@@ -418,7 +427,8 @@ def _decode_pool(
     context, spread = _slot_context_moments(w["isl"], osl, w["isl_std"], w["osl_std"])
     z = 0.0 if slo.context_quantile is None else NormalDist().inv_cdf(slo.context_quantile)
     step_budget = np.asarray(slo.tpot, np.float64) - step_overhead
-    kv_tokens = (g_d * gpu.hbm_bytes - weights) / kv  # resident tokens one instance can hold
+    usable_hbm = np.asarray(pools.kv_memory_fraction, np.float64) * g_d * gpu.hbm_bytes
+    kv_tokens = (usable_hbm - weights) / kv  # resident tokens one instance can hold
     bandwidth_tokens = (step_budget * g_d * gpu.effective_bandwidth - weights) / kv  # ... read per step
     kv_cap = _batch_within(kv_tokens, context, spread, z)
     bandwidth_cap = _batch_within(bandwidth_tokens, context, spread, z)
@@ -558,6 +568,7 @@ def size_pools(
         g_d,
         np.asarray(pools.step_overhead),
         np.asarray(pools.remote_overhead),
+        np.asarray(pools.kv_memory_fraction),
     ]
     shape = np.broadcast_shapes(*(np.shape(a) for a in scenario_inputs))
 
