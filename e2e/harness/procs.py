@@ -84,5 +84,18 @@ def kill_and_reap(pids: list[int]) -> None:
     for pid in pids:
         kill_pid(pid)
     for pid in pids:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+        _reap(pid)
+
+
+def _reap(pid: int, timeout: float = 5.0) -> None:
+    """Collect `pid`'s exit status if it is our child. A multi-threaded (Go) process can look defunct
+    before its last thread is gone, when `waitpid` cannot collect it yet, so poll briefly."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return  # not our child (or already collected): its own parent reaps it
+        if reaped == pid:
+            return
+        time.sleep(0.05)
