@@ -506,21 +506,28 @@ class _Simulation:
 
     def _complete_steps(self, inst: _Instance, k: int, start: float, first: float, step: float) -> None:
         """Account for k steps from `start` (the first lasting `first`, the rest `step`): first tokens,
-        token gaps, step count."""
+        token gaps, step count.
+
+        The gap stack needs one entry per point where newcomers start counting: with no newcomers,
+        the first gap and the later steps' gap share one entry (their maximum)."""
         first_end = start + first
         members = inst.members
         fresh = inst.fresh
         hist = self.gap_hist
         settled = len(members) - len(fresh)
         later = (k - 1) * len(members)  # tokens of the steps after the first, all gaps of `step`
+        unrecorded = 0.0  # the largest gap since the last stack entry (gaps are > 0)
         if settled:
             gap = first_end - inst.last_step_end
             if not fresh and later and abs(gap - step) <= 1e-12 * step:  # one entry for the lot
                 settled += later
                 later = 0
             hist[gap] = hist.get(gap, 0) + settled
-            _record_gap(inst, gap)
+            unrecorded = gap
         if fresh:
+            if unrecorded:
+                _record_gap(inst, unrecorded)
+                unrecorded = 0.0
             start_index = inst.gap_count
             first_token, gap_start = self.first_token, self.gap_start
             for rid in fresh:
@@ -533,7 +540,9 @@ class _Simulation:
             fresh.clear()
         if later:
             hist[step] = hist.get(step, 0) + later
-            _record_gap(inst, step)
+            unrecorded = max(unrecorded, step)
+        if unrecorded:
+            _record_gap(inst, unrecorded)
         inst.steps += k
         inst.last_step_end = first_end + (k - 1) * step
         if len(hist) > _HISTOGRAM_FOLD_AT:
