@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 from e2e.harness import PrometheusServer
+from e2e.harness.loopback import loopback_server
 from e2e.harness.procs import wait_until
 from e2e.harness.prometheus import scrape_config
 
@@ -32,12 +32,8 @@ class _Exporter(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def exporter() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(_Exporter) as address:
+        yield address
 
 
 def test_prometheus_scrapes_exporter_and_answers_promql(

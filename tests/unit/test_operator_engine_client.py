@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from e2e.harness.loopback import loopback_server
 from tests.unit.test_operator_plan import D, make_instance
 
 from xpyd_api.models import EngineType
@@ -74,12 +74,8 @@ class _Engine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def engine_url() -> Iterator[str]:
-    server = HTTPServer(("127.0.0.1", 0), _Engine)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(_Engine) as address:
+        yield f"http://{address}"
 
 
 def test_read_switch_and_verify_against_a_live_endpoint(engine_url: str) -> None:
