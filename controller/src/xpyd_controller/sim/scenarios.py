@@ -66,6 +66,7 @@ from xpyd_controller.sim.traces.synthetic import DAY_S
 TRACE_DIR_ENV = "XPYD_TRACE_DIR"
 DEFAULT_TRACE_DIR = "/work/shared/traces"
 TRAFFIC_KINDS = ("seed", "poisson", "gamma", "step", "diurnal", "drift", "trace")
+RAG_PEAK_FRACTION = 11 / 24  # drift: the mix is most RAG-like at 11:00 of a day, wherever the period
 
 
 def trace_dir() -> Path:
@@ -110,6 +111,7 @@ class Traffic:
     hit_fraction: float = 0.0
     lengths: Lengths = field(default_factory=Lengths)
     second_lengths: Lengths | None = None  # drift: the RAG/code-like end of the mix
+    mix_period_s: float = DAY_S  # drift: one full chat → RAG → chat swing of the mix
     path: str | None = None  # trace
 
     def __post_init__(self) -> None:
@@ -117,6 +119,8 @@ class Traffic:
             raise SimConfigError("traffic.kind", self.kind, f"must be one of {', '.join(TRAFFIC_KINDS)}")
         if not self.rate > 0:
             raise SimConfigError("traffic.rate", self.rate, "must be > 0 requests/s")
+        if not (np.isfinite(self.mix_period_s) and self.mix_period_s > 0):
+            raise SimConfigError("traffic.mix_period_s", self.mix_period_s, "must be a finite number > 0 s")
         if not 0 <= self.hit_fraction < 1:
             raise SimConfigError("traffic.hit_fraction", self.hit_fraction, "must be in [0, 1)")
         needs = {
@@ -171,7 +175,15 @@ class Traffic:
             return diurnal(seed, rate, self.swing, lengths, duration_s=duration or DAY_S)
         assert self.second_lengths is not None
         curve = Diurnal(rate, self.swing) if self.swing else rate
-        return mix_drift_day(seed, curve, lengths, self.second_lengths.build(), duration_s=duration or DAY_S)
+        return mix_drift_day(
+            seed,
+            curve,
+            lengths,
+            self.second_lengths.build(),
+            duration_s=duration or DAY_S,
+            rag_peak_s=RAG_PEAK_FRACTION * self.mix_period_s,
+            period_s=self.mix_period_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -198,6 +210,49 @@ _REALISTIC = Realism(kv_capacity=True, layerwise_transfer=True, cold_start_s=120
 _DAY_SLO = GoodputSlo(ttft_s=1.0, tpot_s=0.05, max_token_gap_s=None)
 _DAY_CONTROL = Control(scrape_interval_s=15.0, window_s=60.0, lag_s=15.0, role_conversion=True)
 _DAY_LIMITS = Limits(prefill_min=1, prefill_max=32, decode_min=1, decode_max=32)
+
+
+# Role conversion: 70B on 4×H100 instances (weights take most of the HBM, so KV room is scarce and
+# long chat answers need several decode instances) swinging every 2 h at a flat rate between long-output
+# chat (decode-heavy) and long-prompt RAG (prefill-heavy). Cold start 5 min (141 GB of weights), a
+# conversion 30 s.
+_LONG_CHAT = Lengths("uniform", (1000, 3000), (1000, 3000))
+_LONG_RAG = Lengths("uniform", (4000, 12000), (20, 150))
+_H100_70B_TP4 = Hardware(
+    MODEL_PRESETS["llama-3.1-70b"],
+    GPU_PRESETS["h100-sxm"],
+    LINK_PRESETS["ib-400g"],
+    step_overhead_s=5e-3,
+    gpus_per_instance=4,
+)
+_SWING_REALISM = Realism(
+    kv_capacity=True, layerwise_transfer=True, decode_kv_reads=True, cold_start_s=300.0, conversion_s=30.0
+)
+_SWING_SLO = GoodputSlo(ttft_s=2.0, tpot_s=0.06, max_token_gap_s=None)
+_SWING_LIMITS = Limits(prefill_min=1, prefill_max=16, decode_min=1, decode_max=16)
+
+
+def mix_swing(hours: float = 4.0) -> Scenario:
+    """The role-conversion scenario (`mix-swing`), `hours` long (the mix swings every 2 h)."""
+    return Scenario(
+        name="mix-swing",
+        description=(
+            f"{hours:g} h at a flat 6 req/s, 70B on 4-GPU H100 instances, the mix swinging every 2 h "
+            "between long-output chat and long-prompt RAG (prefill and decode needs move oppositely)"
+        ),
+        config=SimConfig(_H100_70B_TP4, Fleet("disagg", 2, 3), _SWING_REALISM, _SWING_SLO, _DAY_CONTROL),
+        traffic=Traffic(
+            "drift",
+            rate=6.0,
+            swing=0.0,
+            duration_s=hours * 3600.0,
+            mix_period_s=2 * 3600.0,
+            lengths=_LONG_CHAT,
+            second_lengths=_LONG_RAG,
+        ),
+        policy="xpyd",
+        limits=_SWING_LIMITS,
+    )
 
 
 def _azure(name: str) -> Lengths:
@@ -250,6 +305,7 @@ def builtin_scenarios() -> dict[str, Scenario]:
             Traffic("diurnal", rate=40.0, swing=0.8, duration_s=DAY_S, lengths=_CHAT),
             (2, 4),
         ),
+        "mix-swing": mix_swing(),
     }
 
 

@@ -336,7 +336,11 @@ def mix_drift_day(
     *,
     duration_s: float = DAY_S,
     rag_peak_s: float = 11 * 3600.0,
+    period_s: float = DAY_S,
 ) -> Trace:
-    """A day whose length mix moves from all chat-like (night) to all RAG/code-like (at `rag_peak_s`)."""
-    lengths = MixDrift(chat, rag, Diurnal(0.5, 1.0, peak_s=rag_peak_s))
+    """A day whose length mix moves from all chat-like (night) to all RAG/code-like (at `rag_peak_s`).
+
+    A shorter `period_s` repeats the swing several times (a cheap scenario for role conversion).
+    """
+    lengths = MixDrift(chat, rag, Diurnal(0.5, 1.0, period_s=period_s, peak_s=rag_peak_s))
     return synthesize(seed, rate, lengths, duration_s=duration_s, name="mix-drift-day")
