@@ -62,5 +62,5 @@ def test_mix_swing_is_a_builtin_driven_by_xpyd() -> None:
 
 @pytest.mark.parametrize("period", [0.0, -60.0, float("inf"), float("nan")])
 def test_a_bad_mix_period_is_rejected_by_name(period: float) -> None:
-    with pytest.raises(SimConfigError, match="traffic.mix_period_s"):
+    with pytest.raises(SimConfigError, match=r"traffic\.mix_period_s"):
         dataclasses.replace(mix_swing().traffic, mix_period_s=period)
