@@ -1,0 +1,111 @@
+"""Role conversion on the `mix-swing` scenario: xpyd with and without it, beside the baselines.
+
+The mix swings every 2 h between long-output chat and long-prompt RAG at a flat rate (70B on 4-GPU
+H100 instances, cold start 5 min, conversion 30 s), so one pool's need falls while the other's rises.
+Variants: xpyd with conversion, the same xpyd with the deployment's role conversion off (every move is
+a drain plus a cold start), the Dynamo-style planner, the threshold scaler and the hindsight
+oracle-window. Mean and 95 % confidence interval (Student t) over seeds, the same seeds for all.
+
+    .venv/bin/python benchmarks/conversion.py [--seeds 5] [--hours 4] [--jobs 1] [--write]
+
+`--write` replaces the "Role conversion" subsection at the end of the "Autoscaling policies" section
+of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from autoscaling import METRICS, SECTION, Outcome, cell, summarise
+from bench_docs import replace_section
+from xpyd_controller.sim.engine import run_events
+from xpyd_controller.sim.policies import build_policy
+from xpyd_controller.sim.results import summarise as summarise_run
+from xpyd_controller.sim.scenarios import mix_swing
+
+SUBSECTION = "### Role conversion (`benchmarks/conversion.py`)"
+SCENARIO = "mix-swing"
+# label → (policy, the deployment may convert roles)
+VARIANTS = {
+    "xpyd": ("xpyd", True),
+    "xpyd, no conversion": ("xpyd", False),
+    "dynamo": ("dynamo", True),
+    "threshold": ("threshold", True),
+    "oracle-window": ("oracle-window", True),
+}
+SHOWN = ("goodput", "gpu_hours", "good_requests_per_gpu_hour", "conversions", "scale_ups", "ttft_p99")
+COLUMNS = [m for m in METRICS if m[0] in SHOWN] + [("warming_hours", "warming instance-h", "{:.1f}")]
+
+
+def run_variant(job: tuple[str, int, float]) -> Outcome:
+    """One variant on one seed; `warming_hours` sums instance-time waiting to serve a role it was given."""
+    label, seed, hours = job
+    policy_name, may_convert = VARIANTS[label]
+    scenario = mix_swing(hours)
+    control = dataclasses.replace(scenario.config.control, role_conversion=may_convert)
+    config = dataclasses.replace(scenario.config, control=control)
+    trace = scenario.traffic.build(seed)
+    policy = build_policy(policy_name, config, trace)
+    started = time.perf_counter()
+    raw = run_events(config, trace, policy, scenario.limits)
+    result = summarise_run(trace, raw, config.slo)
+    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-1]}
+    starting = sum(s.prefill_starting + s.decode_starting for s in raw.samples)
+    metrics["warming_hours"] = starting * control.scrape_interval_s / 3600
+    return Outcome(SCENARIO, label, seed, metrics, time.perf_counter() - started)
+
+
+def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> str:
+    scenario = mix_swing(args.hours)
+    lines = [
+        SUBSECTION,
+        "",
+        f"Command: `.venv/bin/python benchmarks/conversion.py {' '.join(sys.argv[1:])}` on "
+        f"{platform.machine()} / Python {platform.python_version()}, {args.seeds} seeds per row "
+        f"(mean ± 95 % CI), {wall:.0f} s wall.",
+        "",
+        f"**{scenario.name}**: {scenario.description}; start 2P:3D, limits 1–16 per pool.",
+        "",
+        "| variant | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 1) + "|",
+    ]
+    for label in VARIANTS:
+        cells = [cell(*summarise(outcomes, SCENARIO, label, name), fmt) for name, _, fmt in COLUMNS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--hours", type=float, default=4.0)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    jobs = [(label, seed, args.hours) for seed in range(1, args.seeds + 1) for label in VARIANTS]
+    started = time.perf_counter()
+    outcomes: list[Outcome] = []
+    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+        for outcome in (pool.map if args.jobs > 1 else map)(run_variant, jobs):
+            outcomes.append(outcome)
+            print(
+                f"{outcome.policy:20} seed {outcome.seed}: {outcome.wall_s:5.1f} s goodput "
+                f"{outcome.metrics['goodput']:.4f} conversions {outcome.metrics['conversions']:.0f}",
+                flush=True,
+            )
+    text = markdown(outcomes, args, time.perf_counter() - started)
+    print(text)
+    if args.write:
+        replace_section(SECTION, text, append=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
