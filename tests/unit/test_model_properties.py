@@ -31,6 +31,7 @@ scenario = st.fixed_dictionaries(
         "step_overhead": st.floats(0.0, 0.01),
         "ttft_quantile": st.sampled_from([None, 0.9, 0.99]),
         "context_quantile": st.sampled_from([None, 0.9]),
+        "kv_memory_fraction": st.sampled_from([1.0, 0.9]),
     }
 )
 
@@ -59,6 +60,7 @@ def plan_for(s: dict[str, object], **changes: object) -> Plan:
             prefill_gpus=s["gpus"],  # type: ignore[arg-type]
             decode_gpus=s["gpus"],  # type: ignore[arg-type]
             step_overhead=s["step_overhead"],  # type: ignore[arg-type]
+            kv_memory_fraction=s["kv_memory_fraction"],  # type: ignore[arg-type]
         ),
     )
 
@@ -70,6 +72,16 @@ def test_more_rate_never_fewer_instances(s: dict[str, object], factor: float) ->
     plan = plan_for(s, rate=rates)
     assert plan.prefill_instances[1] >= plan.prefill_instances[0]
     assert plan.decode_instances[1] >= plan.decode_instances[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenario, st.floats(0.5, 1.0))
+def test_less_usable_hbm_never_fewer_decode_instances(s: dict[str, object], share: float) -> None:
+    fraction = float(s["kv_memory_fraction"])  # type: ignore[arg-type]
+    plan = plan_for(s, kv_memory_fraction=np.array([fraction, fraction * share]))
+    assert plan.decode_kv_capacity_cap[1] <= plan.decode_kv_capacity_cap[0]
+    if plan.decode_feasible[1]:
+        assert plan.decode_instances[1] >= plan.decode_instances[0]
 
 
 @settings(max_examples=150, deadline=None)
