@@ -16,9 +16,10 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,7 @@ class _Simulation:
         self.max_gap = [0.0] * n
         self.gap_start = [0] * n  # a member's first index on its instance's gap stack
         self.prefill_done = [math.nan] * n
-        self.gap_hist: dict[float, int] = {}  # exact token gap (s) -> count
+        self.gap_hist: defaultdict[float, int] = defaultdict(int)  # exact token gap (s) -> count
         self.gap_bins: dict[int, int] = {}  # folded: log bin -> count
         self.done_count = 0
         # Windowed signals for the policy: (event time, value) in time order; only a policy reads them.
@@ -222,7 +223,9 @@ class _Simulation:
         self.tpot_times: list[float] = []
         self.tpot_values: list[float] = []
         # Fleet.
-        self.heap: list[tuple[float, int, int, object, int]] = []
+        # (time, sequence, kind, instance or request id by kind, version): `Any` so the hot loop
+        # dispatches on `kind` without an isinstance check per event.
+        self.heap: list[tuple[float, int, int, Any, int]] = []
         self.seq = 0
         self.uid = 0
         self.instances: list[_Instance] = []
@@ -280,7 +283,7 @@ class _Simulation:
 
     # ---- events and lifecycle -------------------------------------------------------------------
 
-    def _push(self, t: float, kind: int, obj: object = None, version: int = 0) -> None:
+    def _push(self, t: float, kind: int, obj: _Instance | int | None = None, version: int = 0) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, obj, version))
 
@@ -341,10 +344,11 @@ class _Simulation:
             return
         best = ready[0]
         best_load = best.prefill_load(t)
-        for inst in ready[1:]:
-            load = inst.prefill_load(t)
-            if load < best_load:
-                best, best_load = inst, load
+        for inst in ready:
+            if inst is not best:
+                load = inst.prefill_load(t)
+                if load < best_load:
+                    best, best_load = inst, load
         self._assign_prefill(best, rid, t)
 
     def _assign_prefill(self, inst: _Instance, rid: int, t: float) -> None:
@@ -511,18 +515,18 @@ class _Simulation:
         The gap stack needs one entry per point where newcomers start counting: with no newcomers,
         the first gap and the later steps' gap share one entry (their maximum)."""
         first_end = start + first
-        members = inst.members
+        size = len(inst.members)
         fresh = inst.fresh
         hist = self.gap_hist
-        settled = len(members) - len(fresh)
-        later = (k - 1) * len(members)  # tokens of the steps after the first, all gaps of `step`
+        settled = size - len(fresh)
+        later = (k - 1) * size  # tokens of the steps after the first, all gaps of `step`
         unrecorded = 0.0  # the largest gap since the last stack entry (gaps are > 0)
         if settled:
             gap = first_end - inst.last_step_end
             if not fresh and later and abs(gap - step) <= 1e-12 * step:  # one entry for the lot
                 settled += later
                 later = 0
-            hist[gap] = hist.get(gap, 0) + settled
+            hist[gap] += settled
             unrecorded = gap
         if fresh:
             if unrecorded:
@@ -539,14 +543,12 @@ class _Simulation:
                 self.ttft_times.extend([first_end] * len(fresh))
             fresh.clear()
         if later:
-            hist[step] = hist.get(step, 0) + later
+            hist[step] += later
             unrecorded = max(unrecorded, step)
         if unrecorded:
             _record_gap(inst, unrecorded)
         inst.steps += k
         inst.last_step_end = first_end + (k - 1) * step
-        if len(hist) > _HISTOGRAM_FOLD_AT:
-            self._fold_histogram()
 
     def _fold_histogram(self) -> None:
         """Move exact gap values into log bins (bounded memory on long co-located runs)."""
@@ -709,6 +711,8 @@ class _Simulation:
         )
 
     def _tick(self, t: float) -> None:
+        if len(self.gap_hist) > _HISTOGRAM_FOLD_AT:  # checked per scrape, not per step: folding is
+            self._fold_histogram()  # additive, so when it happens does not change the bins
         sample = self._sample(t)
         if self.policy is not None and self.disagg:
             decision = self.policy.decide(self._observe(t, sample), self.limits)
@@ -823,35 +827,31 @@ class _Simulation:
     # ---- main loop ----------------------------------------------------------------------------------
 
     def run(self) -> RawRun:
-        arrival = self.arrival
         heap = self.heap
         n = self.n
         interval = self.cfg.control.scrape_interval_s
         self._push(0.0, _TICK)
         next_arrival = 0
-        events = 0
+        arrivals = [*self.arrival, math.inf]  # a sentinel: no bounds check per event
+        popped = 0
         t = 0.0
         heappop = heapq.heappop
         lifecycle = {_READY: self._on_ready, _PREFILL_IDLE: self._check_drained, _RETIRE: self._retire}
         while self.done_count < n:
-            ta = arrival[next_arrival] if next_arrival < n else math.inf
+            ta = arrivals[next_arrival]
             if not heap or ta <= heap[0][0]:
                 t = ta
                 self._arrive(next_arrival, t)
                 next_arrival += 1
-                events += 1
                 continue
             t, _, kind, obj, version = heappop(heap)
-            events += 1
+            popped += 1
             if kind == _OP_END:
-                assert isinstance(obj, _Instance)
                 if version == obj.version:
                     self._op_end(obj, t)
             elif kind == _ADMIT:
-                assert isinstance(obj, int)
                 self._admit(obj, t)
             elif kind == _XFER_START:
-                assert isinstance(obj, int)
                 self._link_start(obj, t)
             elif kind == _LINK_DONE:
                 if version == self.link_version:
@@ -859,10 +859,8 @@ class _Simulation:
             elif kind == _TICK:
                 self._tick(t)
                 self._push(t + interval, _TICK)
-            else:  # lifecycle events of one instance, stale once its version moved on
-                assert isinstance(obj, _Instance)
-                if version == obj.version:
-                    lifecycle[kind](obj, t)
+            elif version == obj.version:  # an instance's lifecycle event, unless it is stale
+                lifecycle[kind](obj, t)
         end = t
         gpu_seconds = self.gpu_seconds + sum(
             (end - i.created_s) * self.cfg.hardware.gpus_per_instance for i in self.instances
@@ -879,7 +877,7 @@ class _Simulation:
             scale_ups=self.scale_ups,
             scale_downs=self.scale_downs,
             conversions=self.conversions,
-            events=events,
+            events=popped + next_arrival,
         )
 
 
