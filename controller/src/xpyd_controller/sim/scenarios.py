@@ -16,8 +16,7 @@ A scenario file mirrors the dataclasses field by field (see `BUILTIN` for comple
 Traffic kinds: `seed` (the article's draws: rate, count), `poisson` (rate, duration_s or count),
 `gamma` (rate, cv, duration_s), `step` (rate → after at at_s), `diurnal` (rate, swing), `drift`
 (rate, a mix moving between `lengths` and `second_lengths` once per `mix_period_s`, a day by default),
-`trace` (path of an Azure CSV or
-Mooncake JSONL file). Lengths: `uniform` (prompt/output ranges) or `file` (path: resample a trace's
+`trace` (path of an Azure CSV or Mooncake JSONL file). Lengths: `uniform` (prompt/output ranges) or `file` (path: resample a trace's
 pairs). Relative paths resolve against the scenario file; `$XPYD_TRACE_DIR` (default
 /work/shared/traces) against nothing else.
 """
