@@ -13,12 +13,13 @@ step (its first token comes at that step's end).
 
 from __future__ import annotations
 
-import heapq
+import gc
 import math
 from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -285,7 +286,7 @@ class _Simulation:
 
     def _push(self, t: float, kind: int, obj: _Instance | int | None = None, version: int = 0) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, obj, version))
+        heappush(self.heap, (t, self.seq, kind, obj, version))
 
     def _new_instance(self, role: str, state: str, t: float) -> _Instance:
         self.uid += 1
@@ -436,7 +437,7 @@ class _Simulation:
         inst.members[rid] = self.kv_need[rid]
         inst.fresh.append(rid)
         inst.ctx_sum += self.ctx[rid]
-        heapq.heappush(inst.departures, (inst.steps + self.output[rid], rid))
+        heappush(inst.departures, (inst.steps + self.output[rid], rid))
 
     def _pump(self, inst: _Instance, t: float) -> None:
         """Start the next operation of an idle batch instance (the seed's alternation rule).
@@ -479,7 +480,7 @@ class _Simulation:
             return
         inst.version += 1
         self.seq += 1
-        heapq.heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
+        heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
 
     def _truncate(self, inst: _Instance, t: float) -> None:
         """The batch or queue changes at t: settle the steps (or chunks) done; the one in flight becomes
@@ -506,7 +507,7 @@ class _Simulation:
         inst.op_end = inst.op_start + inst.op_first + (inst.op_n - 1) * inst.op_step
         inst.version += 1
         self.seq += 1
-        heapq.heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
+        heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
 
     def _complete_steps(self, inst: _Instance, k: int, start: float, first: float, step: float) -> None:
         """Account for k steps from `start` (the first lasting `first`, the rest `step`): first tokens,
@@ -573,7 +574,7 @@ class _Simulation:
         steps = inst.steps
         departed = False
         while departures and departures[0][0] <= steps:
-            self._depart(inst, heapq.heappop(departures)[1], t)
+            self._depart(inst, heappop(departures)[1], t)
             departed = True
         self._pump(inst, t)
         if inst.op == _IDLE and inst.state != READY:
@@ -620,7 +621,7 @@ class _Simulation:
 
     def _link_start(self, rid: int, t: float) -> None:
         self._link_advance(t)
-        heapq.heappush(self.link_flows, (self.link_virtual + self.kv_bytes[rid], rid))
+        heappush(self.link_flows, (self.link_virtual + self.kv_bytes[rid], rid))
         self._link_reschedule(t)
 
     def _link_done(self, t: float) -> None:
@@ -628,7 +629,7 @@ class _Simulation:
         flows = self.link_flows
         overhead = self.cfg.hardware.link.overhead
         while flows and flows[0][0] <= self.link_virtual * (1 + 1e-12) + 1e-6:
-            rid = heapq.heappop(flows)[1]
+            rid = heappop(flows)[1]
             ready_at = t + overhead
             if self.cfg.realism.layerwise_transfer:
                 ready_at = max(ready_at, self.prefill_done[rid] + self.xfer_tail_s[rid])
@@ -835,7 +836,6 @@ class _Simulation:
         arrivals = [*self.arrival, math.inf]  # a sentinel: no bounds check per event
         popped = 0
         t = 0.0
-        heappop = heapq.heappop
         lifecycle = {_READY: self._on_ready, _PREFILL_IDLE: self._check_drained, _RETIRE: self._retire}
         while self.done_count < n:
             ta = arrivals[next_arrival]
@@ -921,5 +921,15 @@ def run_events(
     limits: Limits | None = None,
     progress: ProgressFn | None = None,
 ) -> RawRun:
-    """Simulate `requests` on the fleet of `config` until every request has finished."""
-    return _Simulation(config, requests, policy, limits or Limits(), progress).run()
+    """Simulate `requests` on the fleet of `config` until every request has finished.
+
+    The cyclic garbage collector is paused meanwhile: the loop allocates many short-lived event
+    tuples and no reference cycles, so its collections would only cost time."""
+    simulation = _Simulation(config, requests, policy, limits or Limits(), progress)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return simulation.run()
+    finally:
+        if collecting:
+            gc.enable()
