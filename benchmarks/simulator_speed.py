@@ -4,7 +4,10 @@ Baseline, in the same run: a straightforward simulator with one heap event per d
 prefill chunk (the seed article's algorithm, re-expressed here and kept only here). It must produce
 the same table, so the comparison is like for like.
 
-    .venv/bin/python benchmarks/simulator_speed.py [--repeats 5] [--day-rate 30] [--write]
+    .venv/bin/python benchmarks/simulator_speed.py [--repeats 5] [--day-rate 30] [--against REV] [--write]
+
+`--against REV` also times the seed table with sim/engine.py as committed at git revision REV,
+interleaved with this tree's runs (a before/after under the same machine load).
 
 `--write` replaces the "Fleet simulator speed" section of docs/BENCHMARKS.md with the results.
 """
@@ -17,17 +20,22 @@ import itertools
 import math
 import platform
 import statistics
+import subprocess
 import sys
 import time
+import types
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from bench_docs import replace_section
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.sim.config import Fleet, SimConfig
+from xpyd_controller.sim.engine import RawRun, run_events
 from xpyd_controller.sim.policies import build_policy
+from xpyd_controller.sim.results import summarise
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import load_scenario
 from xpyd_controller.sim.seed import SEED_GPUS, SEED_HARDWARE, SEED_SLO, seed_requests
@@ -136,14 +144,36 @@ def baseline_run(mode: str, prefill_gpus: int, trace: Trace) -> tuple[float, flo
     return seed_percentile(ttft, 0.5), seed_percentile(ttft, 0.99), float(good.mean())
 
 
-def seed_table_fast(traces: dict[float, Trace]) -> list[tuple[float, float, float]]:
+RunEvents = Callable[[SimConfig, Trace], RawRun]
+
+
+def seed_table_fast(
+    traces: dict[float, Trace], run: RunEvents = run_events
+) -> list[tuple[float, float, float]]:
     rows = []
     for rate in RATES:
         for mode, prefill in ROWS:
             config = SimConfig(SEED_HARDWARE, Fleet(mode, prefill, SEED_GPUS - prefill), slo=SEED_SLO)  # type: ignore[arg-type]
-            result = simulate(config, traces[rate])
+            result = summarise(traces[rate], run(config, traces[rate]), config.slo, 60.0)
             rows.append((result.ttft_p50, result.ttft_p99, result.goodput))
     return rows
+
+
+def engine_at(revision: str) -> RunEvents:
+    """`run_events` of sim/engine.py as committed at `revision`, loaded beside the current one."""
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(
+        ["git", "show", f"{revision}:controller/src/xpyd_controller/sim/engine.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    module = types.ModuleType(f"xpyd_controller.sim.engine_at_{revision}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up while being created
+    exec(compile(source, f"engine.py@{revision}", "exec"), module.__dict__)
+    run: RunEvents = module.run_events
+    return run
 
 
 def seed_table_baseline(traces: dict[float, Trace]) -> list[tuple[float, float, float]]:
@@ -157,6 +187,21 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[list[float], object]:
         result = fn()
         times.append(time.perf_counter() - start)
     return times, result
+
+
+def timed_pair(
+    fn: Callable[[], object], other: Callable[[], object], repeats: int
+) -> tuple[list[float], object, list[float], object]:
+    """Time two variants alternately, so both see the same machine load."""
+    times: list[float] = []
+    other_times: list[float] = []
+    result = other_result = None
+    for _ in range(repeats):
+        one, result = timed(fn, 1)
+        two, other_result = timed(other, 1)
+        times += one
+        other_times += two
+    return times, result, other_times, other_result
 
 
 def day_run(rate: float, policy_name: str) -> tuple[float, int, float]:
@@ -176,11 +221,33 @@ def main() -> int:
     parser.add_argument("--baseline-repeats", type=int, default=3)
     parser.add_argument("--day-rate", type=float, default=30.0)
     parser.add_argument("--day-repeats", type=int, default=3)
+    parser.add_argument("--against", metavar="REV", help="also time sim/engine.py at git revision REV")
     parser.add_argument("--write", action="store_true", help="update docs/BENCHMARKS.md")
     args = parser.parse_args()
 
     traces = {rate: seed_requests(rate) for rate in RATES}
-    fast_times, fast_rows = timed(lambda: seed_table_fast(traces), args.repeats)
+    previous_row = previous_note = ""
+    if args.against:
+        previous = engine_at(args.against)
+        fast_times, fast_rows, previous_times, previous_rows = timed_pair(
+            lambda: seed_table_fast(traces), lambda: seed_table_fast(traces, previous), args.repeats
+        )
+        previous_median = statistics.median(previous_times)
+        same = previous_rows == fast_rows
+        print(
+            f"engine at {args.against}: {previous_median:.3f} s {[round(x, 3) for x in previous_times]}, "
+            f"identical rows: {same}"
+        )
+        previous_row = (
+            f"| seed table, engine at `{args.against}` (same run, interleaved) | "
+            f"{previous_median:.3f} s | | |\n"
+        )
+        previous_note = (
+            f" Engine at `{args.against}`, interleaved with this tree's runs: "
+            f"{[round(x, 3) for x in previous_times]} s, identical table: {same}."
+        )
+    else:
+        fast_times, fast_rows = timed(lambda: seed_table_fast(traces), args.repeats)
     base_times, base_rows = timed(lambda: seed_table_baseline(traces), args.baseline_repeats)
     assert isinstance(fast_rows, list) and isinstance(base_rows, list)
     agree = all(
@@ -210,11 +277,11 @@ Command: `{" ".join([".venv/bin/python", "benchmarks/simulator_speed.py", *sys.a
 | workload | this simulator | baseline (one event per step/chunk) | speed-up |
 |---|---|---|---|
 | seed table, 8 runs, {requests:,} requests | {fast:.3f} s ({requests / fast:,.0f} req/s) | {base:.3f} s ({requests / base:,.0f} req/s) | ×{base / fast:.1f} |
-| 24 h drift day at {args.day_rate:g} req/s, xpyd policy in the loop, {day_requests:,} requests | {day_wall:.1f} s ({day_requests / day_wall:,.0f} req/s) | — (not run: hours) | |
+{previous_row}| 24 h drift day at {args.day_rate:g} req/s, xpyd policy in the loop, {day_requests:,} requests | {day_wall:.1f} s ({day_requests / day_wall:,.0f} req/s) | — (not run: hours) | |
 
 Both simulators produce the same seed table (TTFT p50 and goodput identical in all 8 rows: {agree}).
 Individual timings: fast {[round(x, 3) for x in fast_times]} s, baseline {[round(x, 3) for x in base_times]} s,
-day {[round(d[0], 1) for d in day]} s. Targets: seed table < 0.5 s, day < 60 s.
+day {[round(d[0], 1) for d in day]} s.{previous_note} Targets: seed table < 0.5 s, day < 60 s.
 """
         replace_section(SECTION, body)
     return 0
