@@ -109,8 +109,9 @@ class _Instance:
         # Token gaps as a monotonic stack (entry index, value), values decreasing: the largest gap
         # since entry i is the first value whose index is >= i (a member's max gap in O(log n)).
         self.gap_count = 0
-        self.gap_max_at: list[int] = []
-        self.gap_max_value: list[float] = []
+        # The bottom entry (index -1, infinite) is never popped nor found: no emptiness checks.
+        self.gap_max_at: list[int] = [-1]
+        self.gap_max_value: list[float] = [math.inf]
 
     def prefill_load(self, t: float) -> int:
         """The seed's prefill load: jobs assigned and not finished, plus one if one is running."""
@@ -884,11 +885,11 @@ class _Simulation:
 def _record_gap(inst: _Instance, gap: float) -> None:
     """Push a token gap on the instance's monotonic stack (dropping smaller, older entries)."""
     at, values = inst.gap_max_at, inst.gap_max_value
-    if values and values[-1] == gap:  # the common case: the same step time again
+    if values[-1] == gap:  # the common case: the same step time again
         at[-1] = inst.gap_count
         inst.gap_count += 1
         return
-    while values and values[-1] <= gap:
+    while values[-1] <= gap:
         values.pop()
         at.pop()
     at.append(inst.gap_count)
