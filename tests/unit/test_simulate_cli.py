@@ -38,6 +38,17 @@ def test_seed_scenario_json_reproduces_the_article_row(capsys: pytest.CaptureFix
     assert out["tbt_p99"] == pytest.approx(0.0098, rel=0.05)
 
 
+def test_a_prefill_decode_split_implies_the_disaggregated_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    implied = run_json(capsys, "--scenario", "seed-8gpu", "--split", "6:2", "--rate", "28")
+    explicit = run_json(
+        capsys, "--scenario", "seed-8gpu", "--mode", "disagg", "--split", "6:2", "--rate", "28"
+    )
+    assert (implied["mode"], implied["split"]) == ("disagg", "6:2")
+    assert implied["goodput"] == explicit["goodput"]
+    colocated = run_json(capsys, "--scenario", "seed-8gpu", "--split", "0:8", "--rate", "8")
+    assert (colocated["mode"], colocated["split"]) == ("colocated", "0:8")
+
+
 def test_colocated_split_takes_a_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_json(capsys, "--split", "8G", "--rate", "8")
     assert out["mode"] == "colocated"

@@ -19,7 +19,7 @@ from rich.table import Table
 from xpyd_controller.model.specs import SpecError
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.types import Policy
-from xpyd_controller.sim.config import Fleet, SimConfigError
+from xpyd_controller.sim.config import Fleet, Mode, SimConfigError
 from xpyd_controller.sim.policies import build_policy, policy_names
 from xpyd_controller.sim.results import SimResult, recovery_time_s
 from xpyd_controller.sim.runner import simulate
@@ -66,10 +66,18 @@ def parse_split(text: str, mode: str) -> tuple[int, int]:
     return numbers[0], numbers[1]
 
 
+def implied_mode(split: str | None) -> Mode | None:
+    """`--split X:Y` with X > 0 can only mean a PD fleet, so it needs no `--mode disagg` beside it."""
+    if split is None or ":" not in split:
+        return None
+    prefill = split.split(":", 1)[0].strip()
+    return "disagg" if prefill.isdigit() and int(prefill) > 0 else None
+
+
 def apply_overrides(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     """The scenario with the command line's mode, split and policy."""
     fleet = scenario.config.fleet
-    mode = args.mode or fleet.mode
+    mode = args.mode or implied_mode(args.split) or fleet.mode
     if args.split is not None:
         prefill, decode = parse_split(args.split, mode)
     elif mode != fleet.mode:
