@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from e2e.harness.loopback import loopback_server
-from tests.unit.test_operator_plan import D, make_instance
+from tests.unit.operator_builders import D, make_instance
 
 from xpyd_api.models import EngineType
 from xpyd_api.names import Role

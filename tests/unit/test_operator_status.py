@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.unit.test_operator_plan import HASHES, NOW, D, P, convert, make_instance, make_spec
+from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
 from xpyd_operator.plan.instances import Instance
 from xpyd_operator.status import StatusInput, blocked_conditions, compute_status

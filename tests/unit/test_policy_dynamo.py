@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from tests.unit.test_policy_static import CONTEXT
+from tests.unit.policy_context import CONTEXT
 
 from xpyd_controller.model.roofline import prefill_seconds
 from xpyd_controller.policy.context import PolicyConfigError

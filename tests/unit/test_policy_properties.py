@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.test_policy_static import CONTEXT
+from tests.unit.policy_context import CONTEXT
 
 from xpyd_controller.policy.registry import POLICIES, make_policy
 from xpyd_controller.policy.types import Limits, Observation, PoolState

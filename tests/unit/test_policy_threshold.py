@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from tests.unit.test_policy_static import CONTEXT
+from tests.unit.policy_context import CONTEXT
 
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.registry import make_policy

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.test_policy_static import CONTEXT
+from tests.unit.policy_context import CONTEXT
 
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.policy.context import PolicyConfigError
