@@ -122,8 +122,7 @@ def start_cluster(nodes: int = 3, name: str | None = None) -> Iterator[LocalClus
         yield _existing_cluster()
 
 
-def _fake_node_manifest(index: int) -> dict[str, object]:
-    name = f"kwok-node-{index}"
+def _fake_node_manifest(name: str, index: int) -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -217,11 +216,11 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
             timeout=300,
         )
         wait_until(kubeconfig.exists, 30, f"{kubeconfig} to be written")
-        manifests = [_fake_node_manifest(i) for i in range(nodes)]
+        cluster.nodes = [f"kwok-node-{i}" for i in range(nodes)]
+        manifests = [_fake_node_manifest(name, i) for i, name in enumerate(cluster.nodes)]
         cluster.kubectl(
             "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
         )
-        cluster.nodes = [str(m["metadata"]["name"]) for m in manifests]  # type: ignore[index]
         cluster.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=120s", timeout=150)
         yield cluster
     except BaseException:
