@@ -26,16 +26,6 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
             cluster.dump_logs()
 
 
-@pytest.fixture(scope="session")
-def k8s_api(kube_cluster: LocalCluster) -> Iterator[Any]:
-    """A `kubernetes.client.ApiClient` for the session's cluster."""
-    from kubernetes import config
-
-    client = config.new_client_from_config(config_file=str(kube_cluster.kubeconfig))
-    yield client
-    client.close()
-
-
 @pytest.fixture
 def namespace(kube_cluster: LocalCluster) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards (without waiting for finalization)."""
@@ -52,17 +42,22 @@ def prometheus_factory() -> Iterator[Callable[[dict[str, Any]], PrometheusServer
         yield lambda config: stack.enter_context(start_prometheus(config))
 
 
+def _forbidden_skips(reporter: Any) -> int:
+    """How many tests were skipped while CI forbids skips (0 when skips are allowed)."""
+    if os.environ.get(FORBID_SKIPS_ENV) != "1" or reporter is None:
+        return 0
+    return len(reporter.stats.get("skipped", []))
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
-    skipped = terminalreporter.stats.get("skipped", [])
-    if os.environ.get(FORBID_SKIPS_ENV) == "1" and skipped:
+    if skipped := _forbidden_skips(terminalreporter):
         terminalreporter.write_line(
-            f"{len(skipped)} test(s) skipped while {FORBID_SKIPS_ENV}=1: skipped tests fail CI", red=True
+            f"{skipped} test(s) skipped while {FORBID_SKIPS_ENV}=1: skipped tests fail CI", red=True
         )
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
-    if os.environ.get(FORBID_SKIPS_ENV) == "1" and skipped and exitstatus == 0:
+    if _forbidden_skips(reporter) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
