@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -74,3 +76,33 @@ def test_kill_pid_escalates_to_sigkill_for_a_process_ignoring_sigterm() -> None:
     kill_pid(stubborn.pid, grace=0.5)
     assert stubborn.wait(timeout=5) == -9
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("forbid", "exit_code"), [("1", 1), ("0", 0)])
+def test_a_skipped_test_fails_the_run_only_when_skips_are_forbidden(
+    tmp_path: Path, forbid: str, exit_code: int
+) -> None:
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\n\ndef test_later() -> None:\n    pytest.skip('no GPU')\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "e2e.harness.fixtures",
+            str(tmp_path),
+        ],
+        env={**os.environ, "XPYD_FORBID_SKIPS": forbid, "PYTHONPATH": str(repo)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == exit_code, result.stdout
+    assert ("skipped tests fail CI" in result.stdout) == (forbid == "1")
