@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from autoscaling import METRICS, SECTION, Outcome, cell, summarise
 from bench_docs import replace_section
-from xpyd_controller.sim.engine import run_events
+from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.policies import build_policy
 from xpyd_controller.sim.results import summarise as summarise_run
 from xpyd_controller.sim.scenarios import mix_swing

@@ -43,12 +43,15 @@ def _xpyd(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_version_prints_the_package_version() -> None:
+def test_version_prints_the_package_version_and_the_simulator_build() -> None:
     import xpyd_controller
+    from xpyd_controller.sim.native import compiled_status
 
     result = _xpyd("version")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"xpyd {xpyd_controller.__version__}"
+    version, engine = result.stdout.strip().splitlines()
+    assert version == f"xpyd {xpyd_controller.__version__}"
+    assert engine.startswith(f"simulator engine: compiled build {compiled_status()}")
 
 
 def test_help_lists_the_subcommands() -> None:

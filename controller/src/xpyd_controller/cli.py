@@ -30,10 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     version = sub.add_parser("version", help="print the xpyd version")
-    version.set_defaults(func=lambda _args: print(f"xpyd {__version__}") or 0)
+    version.set_defaults(func=_print_version)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _print_version(_args: argparse.Namespace) -> int:
+    from xpyd_controller.sim.native import compiled_status
+
+    status = compiled_status()
+    advice = "" if status == "current" else " (run hack/native for a ~2x faster simulator)"
+    print(f"xpyd {__version__}\nsimulator engine: compiled build {status}{advice}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from xpyd_controller.policy.types import Limits, Policy
 from xpyd_controller.sim.config import SimConfig
-from xpyd_controller.sim.engine import ProgressFn, run_events
+from xpyd_controller.sim.engine import ProgressFn
+from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.results import SimResult, summarise
 from xpyd_controller.sim.traces import Trace
 

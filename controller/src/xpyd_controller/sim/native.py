@@ -1,0 +1,114 @@
+"""Which build of the event loop runs: `engine.py` as compiled by mypyc (`hack/native`), or as source.
+
+The compiled module, `engine_native`, is built from `engine.py` unchanged (same code, checked types,
+about twice as fast) and lives beside it, out of git. It is used only when the digest it was built
+from matches the sources now: an edited engine (or a module it imports) falls back to the source
+with one warning, so a stale build can never run in place of the code being read.
+
+`XPYD_SIM_ENGINE` chooses: `auto` (default: compiled when current), `python`, or `compiled` (an error
+when no current build exists; CI sets it so that the compiled engine is what the tests exercise).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import os
+import warnings
+from functools import cache
+from pathlib import Path
+from typing import Protocol
+
+from xpyd_controller.policy.types import Limits, Policy
+from xpyd_controller.sim import engine
+from xpyd_controller.sim.config import SimConfig
+from xpyd_controller.sim.traces import Trace
+
+ENGINE_SOURCE = Path(engine.__file__)
+NATIVE_MODULE = "xpyd_controller.sim.engine_native"
+STAMP = ENGINE_SOURCE.with_name("engine_native.stamp")
+CHOICE_VARIABLE = "XPYD_SIM_ENGINE"
+CHOICES = ("auto", "python", "compiled")
+
+
+class RunEvents(Protocol):
+    def __call__(
+        self,
+        config: SimConfig,
+        requests: Trace,
+        policy: Policy | None = None,
+        limits: Limits | None = None,
+        progress: engine.ProgressFn | None = None,
+    ) -> engine.RawRun: ...
+
+
+class NativeEngineError(RuntimeError):
+    """`XPYD_SIM_ENGINE=compiled` (or a bad value) when no current compiled build exists."""
+
+
+def _compiled_against() -> list[Path]:
+    """engine.py and the xpyd modules it imports: what the compiled code assumed about types."""
+    package_root = ENGINE_SOURCE.parents[2]  # the directory holding xpyd_controller/
+    paths = [ENGINE_SOURCE]
+    for node in ast.walk(ast.parse(ENGINE_SOURCE.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("xpyd_controller."):
+            base = package_root.joinpath(*node.module.split("."))
+            module_file = base.with_suffix(".py")
+            paths.append(module_file if module_file.exists() else base / "__init__.py")
+    return paths
+
+
+def source_digest() -> str:
+    """A digest of the sources a compiled build must match (hack/native writes it to the stamp)."""
+    digest = hashlib.sha256()
+    for path in _compiled_against():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def compiled_status() -> str:
+    """'current', 'missing' (never built here) or 'stale' (sources changed since the build)."""
+    if not STAMP.exists():
+        return "missing"
+    return "current" if STAMP.read_text().strip() == source_digest() else "stale"
+
+
+@cache
+def run_events_impl() -> tuple[RunEvents, str]:
+    """(the `run_events` to use, 'compiled' or 'python'), by `XPYD_SIM_ENGINE` and the build's state."""
+    choice = os.environ.get(CHOICE_VARIABLE, "auto") or "auto"
+    if choice not in CHOICES:
+        raise NativeEngineError(f"{CHOICE_VARIABLE}={choice!r}: must be one of {', '.join(CHOICES)}")
+    status = "missing" if choice == "python" else compiled_status()
+    if status == "current":
+        try:
+            native = importlib.import_module(NATIVE_MODULE)
+        except ImportError as error:  # a stamp without its library (a partial copy)
+            status = f"unloadable ({error})"
+        else:
+            run: RunEvents = native.run_events
+            return run, "compiled"
+    if choice == "compiled":
+        raise NativeEngineError(
+            f"{CHOICE_VARIABLE}=compiled but the compiled simulator engine is {status}: run hack/native"
+        )
+    if status == "stale":
+        warnings.warn(
+            "the compiled simulator engine is older than sim/engine.py or its imports: running the "
+            "source (about 2x slower); rebuild with hack/native",
+            stacklevel=2,
+        )
+    return engine.run_events, "python"
+
+
+def run_events(
+    config: SimConfig,
+    requests: Trace,
+    policy: Policy | None = None,
+    limits: Limits | None = None,
+    progress: engine.ProgressFn | None = None,
+) -> engine.RawRun:
+    """`engine.run_events`, by the fastest current build."""
+    return run_events_impl()[0](config, requests, policy, limits, progress)
