@@ -208,6 +208,8 @@ def test_infeasible_ttft_is_reported_and_still_sized() -> None:
         ({"in_flight_timeout_s": 0}, r"in_flight_timeout_s = 0\.0: must be a finite number > 0"),
         ({"down_window_s": -5}, r"down_window_s = -5\.0: must be a finite number >= 0"),
         ({"speed": 1}, "speed = 1: unknown knob"),
+        ({"decode_kv_full": 0.3}, r"decode_kv_full = 0\.3: must be 0 \(off\) or in \[0\.5, 1\]"),
+        ({"decode_kv_full": 1.5}, r"decode_kv_full = 1\.5: must be 0 \(off\) or in \[0\.5, 1\]"),
     ],
 )
 def test_bad_knobs_are_rejected(knobs: dict[str, float], message: str) -> None:
@@ -359,6 +361,75 @@ def test_measured_slo_misses_add_one_instance_above_the_floor(
     if reason:
         assert reason in decision.reasons
     assert not any("SloMissed" in r for r in decision.reasons) or reason
+
+
+@pytest.mark.parametrize(
+    ("knobs", "measured", "decode", "expected", "reason"),
+    [
+        # Decode KV full: requests wait for decode admission after prefill, so decode grows.
+        (
+            {},
+            {"ttft_p90_s": 0.9, "decode_kv_usage": 0.97, "prefill_queue": 0.0},
+            0,
+            (0, 1),
+            "DecodeKvFullTtftMissed",
+        ),
+        ({}, {"ttft_p90_s": 0.9, "decode_kv_usage": 0.95}, 0, (0, 1), "DecodeKvFullTtftMissed"),
+        # Room in the decode KV cache: the wait is prefill's.
+        (
+            {},
+            {"ttft_p90_s": 0.9, "decode_kv_usage": 0.94, "prefill_queue": 6.0},
+            0,
+            (1, 0),
+            "PrefillSloMissedAboveFloor",
+        ),
+        ({}, {"ttft_p90_s": 0.9, "decode_kv_usage": None}, 0, (1, 0), "PrefillSloMissedAboveFloor"),
+        ({}, {"ttft_p90_s": 0.9, "decode_kv_usage": float("nan")}, 0, (1, 0), "PrefillSloMissedAboveFloor"),
+        # Off: every TTFT miss is prefill's, as before the attribution.
+        (
+            {"decode_kv_full": 0},
+            {"ttft_p90_s": 0.9, "decode_kv_usage": 1.0},
+            0,
+            (1, 0),
+            "PrefillSloMissedAboveFloor",
+        ),
+        (
+            {"decode_kv_full": 0.8},
+            {"ttft_p90_s": 0.9, "decode_kv_usage": 0.85},
+            0,
+            (0, 1),
+            "DecodeKvFullTtftMissed",
+        ),
+        # Full KV but no TTFT miss: nothing to blame.
+        ({}, {"ttft_p90_s": 0.5, "decode_kv_usage": 1.0}, 0, (0, 0), None),
+        # TTFT and TPOT both missed with full KV: decode grows once, prefill not at all.
+        (
+            {},
+            {"ttft_p90_s": 0.9, "tpot_p90_s": 0.12, "decode_kv_usage": 0.99},
+            0,
+            (0, 1),
+            "DecodeSloMissedAboveFloor",
+        ),
+        # One decode instance starting and counted empty in the average: the ready ones are full, and
+        # decode holds for it instead of blaming prefill.
+        ({}, {"ttft_p90_s": 0.9, "decode_kv_usage": 0.75}, 1, (0, 0), None),
+        ({}, {"ttft_p90_s": 0.9, "decode_kv_usage": 0.5}, 1, (1, 0), "PrefillSloMissedAboveFloor"),
+    ],
+)
+def test_a_ttft_miss_is_blamed_on_decode_when_its_kv_cache_is_full(
+    knobs: dict[str, float],
+    measured: dict[str, Any],
+    decode: int,
+    expected: tuple[int, int],
+    reason: str | None,
+) -> None:
+    x, y = floor(20.0)
+    decode_pool = PoolState(ready=y - decode, starting=decode) if decode else PoolState(ready=y)
+    decision = policy(**knobs).decide(observe(0, x, decode_pool, **measured), Limits())
+    assert (decision.prefill, decision.decode) == (x + expected[0], y + expected[1])
+    if reason:
+        assert reason in decision.reasons
+    assert not any("Missed" in r for r in decision.reasons) or reason
 
 
 def test_slo_feedback_waits_for_in_flight_instances() -> None:

@@ -54,6 +54,7 @@ class XpydConfig(ScalingBehavior):
     length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
     in_flight_timeout_s: float = 600.0
     latency_feedback: float = 1.0  # measured p90 above this × SLO adds one instance over the floor; 0 = off
+    decode_kv_full: float = 0.95  # a TTFT miss at this decode KV usage or above is decode's; 0 = prefill's
     remote_overhead_s: float = 0.0
     transfer_budget_s: float = 0.0  # seconds of TTFT for the KV transfer; 0 = the whole TTFT SLO
 
@@ -63,6 +64,10 @@ class XpydConfig(ScalingBehavior):
             value = getattr(self, name)
             if not (value == 0 or 0.5 <= value < 1):
                 raise PolicyConfigError("xpyd", name, value, "must be 0 (mean sizing) or in [0.5, 1)")
+        if not (self.decode_kv_full == 0 or 0.5 <= self.decode_kv_full <= 1):
+            raise PolicyConfigError(
+                "xpyd", "decode_kv_full", self.decode_kv_full, "must be 0 (off) or in [0.5, 1]"
+            )
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
         if self.latency_feedback != 0:
@@ -196,6 +201,7 @@ class XpydPolicy:
             "decode_supply": float(supply[1]),
         }
         floors, down_targets, bindings = self._targets(demand, details, reasons)
+        missed = self._blame_latency_misses(observation)
         recommended = []
         for index, role in enumerate(("Prefill", "Decode")):
             if supply[index] < floors[index]:
@@ -209,9 +215,9 @@ class XpydPolicy:
                 reasons.append(
                     f"{role}PartialDataNoScaleDown" if demand.partial else f"{role}WithinTolerance"
                 )
-            if self._slo_missed(index, observation) and supply[index] >= floors[index] and not held[index]:
+            if index in missed and supply[index] >= floors[index] and not held[index]:
                 recommended[index] = supply[index] + 1
-                reasons.append(f"{role}SloMissedAboveFloor")
+                reasons.append(missed[index])
         layered = self._layers.apply(
             time_s, (supply[0], supply[1]), (recommended[0], recommended[1]), limits, (held[0], held[1])
         )
@@ -231,12 +237,37 @@ class XpydPolicy:
             details=details,
         )
 
-    def _slo_missed(self, index: int, observation: Observation) -> bool:
-        """Measured p90 latency of the pool's own SLO above `latency_feedback` × SLO (model too optimistic)."""
+    def _blame_latency_misses(self, observation: Observation) -> dict[int, str]:
+        """Pool index → reason, for each measured p90 above `latency_feedback` × SLO (model too optimistic).
+
+        A TPOT miss is decode's. A TTFT miss is prefill's unless the decode pool's KV cache is full
+        (`decode_kv_full`): then requests wait for decode admission after their prefill, and another
+        prefill instance would only deliver them to the same full cache faster.
+        """
         if self.config.latency_feedback == 0:
+            return {}
+        blamed = {}
+        if self._missed(observation.tpot_p90_s, self.context.tpot_slo_s):
+            blamed[1] = "DecodeSloMissedAboveFloor"
+        if self._missed(observation.ttft_p90_s, self.context.ttft_slo_s):
+            if self._decode_kv_full(observation):
+                blamed.setdefault(1, "DecodeKvFullTtftMissed")
+            else:
+                blamed[0] = "PrefillSloMissedAboveFloor"
+        return blamed
+
+    def _decode_kv_full(self, observation: Observation) -> bool:
+        """Decode KV usage at `decode_kv_full` or above, over the instances that can hold KV.
+
+        A starting instance holds none yet: where the average counts it as empty, the threshold is
+        scaled by the ready share, so one new instance does not hide that the serving ones are full.
+        """
+        usage, full, pool = observation.decode_kv_usage, self.config.decode_kv_full, observation.decode
+        if full == 0 or usage is None or not math.isfinite(usage) or pool.ready == 0:
             return False
-        measured = observation.ttft_p90_s if index == 0 else observation.tpot_p90_s
-        slo = self.context.ttft_slo_s if index == 0 else self.context.tpot_slo_s
+        return usage >= full * pool.ready / (pool.ready + pool.starting)
+
+    def _missed(self, measured: float | None, slo: float) -> bool:
         return (
             measured is not None and math.isfinite(measured) and measured > self.config.latency_feedback * slo
         )
