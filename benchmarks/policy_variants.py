@@ -1,0 +1,156 @@
+"""xpyd's own knobs side by side: is each default the better setting on the days it is judged on?
+
+Variants are knob maps passed the way a deployment passes them (`PolicyContext.knobs`, validated by
+`configure`), so what is measured is what `xpyd simulate --knob` and the controller run. Scenarios:
+the drift day (compressed like `autoscaling.py --hours`), `mix-swing`, and a heavier-chat mix-swing
+(8 instead of 6 req/s: the chat phase fills the decode KV cache, so a TTFT miss there is decode's).
+Per run it also times every `decide` call (the policy's own cost per decision). Mean and 95 %
+confidence interval (Student t) over seeds, the same seeds for every variant.
+
+    .venv/bin/python benchmarks/policy_variants.py [--seeds 5] [--hours 6] [--jobs 1] [--write]
+
+`--write` replaces the "xpyd policy variants" subsection at the end of the "Autoscaling policies"
+section of docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from autoscaling import METRICS, SECTION, Outcome, build_trace, cell, summarise
+from bench_docs import replace_section
+from xpyd_controller.policy.registry import make_policy
+from xpyd_controller.policy.types import Decision, Limits, Observation, Policy
+from xpyd_controller.sim.policies import policy_context
+from xpyd_controller.sim.runner import simulate
+from xpyd_controller.sim.scenarios import Scenario, load_scenario, mix_swing
+
+SUBSECTION = "### xpyd policy variants (`benchmarks/policy_variants.py`)"
+HEAVY_CHAT_RATE = 8.0  # req/s on mix-swing's fleet: the chat phase runs the decode KV cache full
+VARIANTS: dict[str, dict[str, float]] = {
+    "defaults": {},
+    "context_quantile=0.99": {"context_quantile": 0.99},
+    "decode_kv_full=0 (every TTFT miss is prefill's)": {"decode_kv_full": 0},
+}
+SHOWN = ("goodput", "gpu_hours", "good_requests_per_gpu_hour", "ttft_p99", "scale_ups", "conversions")
+COLUMNS = [m for m in METRICS if m[0] in SHOWN] + [
+    ("decode_kv_blames", "TTFT misses blamed on decode", "{:.1f}"),
+    ("cheaper_budget_picks", "decisions on a step budget < TPOT SLO", "{:.1f}"),
+    ("decide_ms", "policy ms/decision (median)", "{:.2f}"),
+]
+
+
+def scenario(key: str) -> Scenario:
+    if key == "drift":
+        return load_scenario("azure-drift-day")
+    swing = mix_swing()
+    if key == "mix-swing":
+        return swing
+    heavy = dataclasses.replace(swing.traffic, rate=HEAVY_CHAT_RATE)
+    description = swing.description.replace("a flat 6 req/s", f"a flat {HEAVY_CHAT_RATE:g} req/s")
+    return dataclasses.replace(swing, name="mix-swing-heavy-chat", traffic=heavy, description=description)
+
+
+SCENARIOS = ("drift", "mix-swing", "mix-swing-heavy-chat")
+
+
+class RecordingPolicy:
+    """Passes decisions through, keeping each one and the time its `decide` call took."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.seconds: list[float] = []
+        self.decisions: list[Decision] = []
+
+    def decide(self, observation: Observation, limits: Limits) -> Decision:
+        started = time.perf_counter()
+        decision = self.inner.decide(observation, limits)
+        self.seconds.append(time.perf_counter() - started)
+        self.decisions.append(decision)
+        return decision
+
+
+def run_variant(job: tuple[str, str, int, float]) -> Outcome:
+    key, label, seed, hours = job
+    chosen = scenario(key)
+    trace = build_trace(chosen, seed, hours) if key == "drift" else chosen.traffic.build(seed)
+    context = dataclasses.replace(policy_context(chosen.config), knobs=VARIANTS[label])
+    policy = RecordingPolicy(make_policy("xpyd", context))
+    started = time.perf_counter()
+    result = simulate(chosen.config, trace, policy, limits=chosen.limits)
+    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-3]}
+    metrics["decode_kv_blames"] = float(sum("DecodeKvFullTtftMissed" in d.reasons for d in policy.decisions))
+    slo = context.tpot_slo_s * (1 - 1e-9)
+    metrics["cheaper_budget_picks"] = float(
+        sum(d.details.get("decode_step_budget_seconds", slo) < slo for d in policy.decisions)
+    )
+    metrics["decide_ms"] = statistics.median(policy.seconds) * 1e3
+    return Outcome(key, label, seed, metrics, time.perf_counter() - started)
+
+
+def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> str:
+    lines = [
+        SUBSECTION,
+        "",
+        f"Command: `.venv/bin/python benchmarks/policy_variants.py {' '.join(sys.argv[1:])}` on "
+        f"{platform.machine()} / Python {platform.python_version()}, {args.seeds} seeds per row "
+        f"(mean ± 95 % CI), {wall:.0f} s wall.",
+        "",
+    ]
+    for key in SCENARIOS:
+        chosen = scenario(key)
+        squeezed = f" (compressed to {args.hours:g} h)" if key == "drift" and args.hours < 24 else ""
+        lines += [
+            f"**{chosen.name}**: {chosen.description}{squeezed}",
+            "",
+            "| xpyd knobs | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
+            "|---" * (len(COLUMNS) + 1) + "|",
+        ]
+        for label in VARIANTS:
+            cells = [cell(*summarise(outcomes, key, label, name), fmt) for name, _, fmt in COLUMNS]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--hours", type=float, default=6.0, help="length of the drift day (compressed)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    jobs = [
+        (key, label, seed, args.hours)
+        for key in SCENARIOS
+        for seed in range(1, args.seeds + 1)
+        for label in VARIANTS
+    ]
+    started = time.perf_counter()
+    outcomes: list[Outcome] = []
+    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+        for outcome in (pool.map if args.jobs > 1 else map)(run_variant, jobs):
+            outcomes.append(outcome)
+            print(
+                f"{outcome.scenario:22} {outcome.policy:48} seed {outcome.seed}: {outcome.wall_s:5.1f} s "
+                f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
+                flush=True,
+            )
+    text = markdown(outcomes, args, time.perf_counter() - started)
+    print(text)
+    if args.write:
+        replace_section(SECTION, text, append=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
