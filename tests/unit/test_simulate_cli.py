@@ -23,6 +23,17 @@ CONTRACT_KEYS = {
     "gpu_hours",
 }
 
+SMALL_STEP = """
+name: small-step
+hardware: {model: llama-3.1-8b, gpu: h100-sxm, link: ib-400g, step_overhead_s: 0.005}
+fleet: {mode: disagg, prefill: 1, decode: 1}
+realism: {cold_start_s: 30, conversion_s: 5, kv_capacity: true}
+slo: {ttft_s: 1.0, tpot_s: 0.05, max_token_gap_s: null}
+control: {scrape_interval_s: 15, role_conversion: true}
+traffic: {kind: step, rate: 2, after: 20, at_s: 300, duration_s: 600,
+          lengths: {kind: uniform, prompt: [2000, 6000], output: [20, 200]}}
+"""
+
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     assert main(["simulate", *argv, "--json"]) == 0
@@ -73,6 +84,47 @@ def test_bad_input_exits_2_naming_the_field(
     assert names in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        (["tolerance=1.5"], "policy 'xpyd': tolerance = 1.5: must be in [0, 0.99]"),
+        (["speed=2"], "policy 'xpyd': speed = 2.0: unknown knob"),
+        (["up_instances=1.5"], "policy 'xpyd': up_instances = 1.5: must be a whole number"),
+        (["tolerance"], "--knob = 'tolerance': must be NAME=VALUE"),
+        (["tolerance=fast"], "--knob tolerance = 'fast': must be a number"),
+        (["tolerance=0.2", "tolerance=0.3"], "--knob tolerance = '0.3': given more than once"),
+    ],
+)
+def test_bad_knobs_exit_2_naming_knob_value_and_rule(
+    capsys: pytest.CaptureFixture[str], knobs: list[str], message: str
+) -> None:
+    argv = [arg for knob in knobs for arg in ("--knob", knob)]
+    assert main(["simulate", "--scenario", "step-10-20", "--policy", "xpyd", *argv]) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--scenario", "step-10-20", "--policy", "oracle-window"],  # oracles have no knobs
+        ["--rate", "4"],  # no policy in the loop
+    ],
+)
+def test_knobs_without_a_knobbed_policy_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    assert main(["simulate", *argv, "--knob", "tolerance=0.2"]) == 2
+    assert "tolerance" in capsys.readouterr().err
+
+
+def test_knobs_reach_the_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL_STEP, encoding="utf-8")
+    default = run_json(capsys, "--scenario", str(path), "--policy", "xpyd")
+    # Prefill sized for throughput only (the seed's formula) instead of TTFT p99: fewer GPU-hours.
+    knobbed = run_json(capsys, "--scenario", str(path), "--policy", "xpyd", "--knob", "ttft_quantile=0")
+    assert (default["knobs"], knobbed["knobs"]) == ({}, {"ttft_quantile": 0.0})
+    assert knobbed["gpu_hours"] < default["gpu_hours"]
+
+
 def test_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     png = tmp_path / "run.png"
     assert main(["simulate", "--rate", "4", "--plot", str(png)]) == 0
@@ -82,19 +134,7 @@ def test_table_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
 
 def test_policy_in_the_loop_from_a_yaml_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "small.yaml"
-    path.write_text(
-        """
-name: small-step
-hardware: {model: llama-3.1-8b, gpu: h100-sxm, link: ib-400g, step_overhead_s: 0.005}
-fleet: {mode: disagg, prefill: 1, decode: 1}
-realism: {cold_start_s: 30, conversion_s: 5, kv_capacity: true}
-slo: {ttft_s: 1.0, tpot_s: 0.05, max_token_gap_s: null}
-control: {scrape_interval_s: 15, role_conversion: true}
-traffic: {kind: step, rate: 2, after: 20, at_s: 300, duration_s: 600,
-          lengths: {kind: uniform, prompt: [2000, 6000], output: [20, 200]}}
-""",
-        encoding="utf-8",
-    )
+    path.write_text(SMALL_STEP, encoding="utf-8")
     out = run_json(capsys, "--scenario", str(path), "--policy", "oracle-window")
     assert out["scenario"] == "small-step"
     assert out["policy"] == "oracle-window"

@@ -45,6 +45,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rate", type=float, help="mean arrival rate, requests/s")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the traffic (default 7)")
     parser.add_argument("--policy", help=f"autoscaling policy: {', '.join(policy_names())}")
+    parser.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set one of the policy's knobs (repeatable; docs/tuning.md lists them)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", metavar="FILE.png", help="plot rate and mix, x and y, latencies")
     parser.set_defaults(func=run)
@@ -64,6 +71,22 @@ def parse_split(text: str, mode: str) -> tuple[int, int]:
     if len(numbers) != 2 or min(numbers) < 0:
         raise SimConfigError("--split", text, "must be X:Y with whole numbers >= 0")
     return numbers[0], numbers[1]
+
+
+def parse_knobs(texts: list[str]) -> dict[str, float]:
+    """`["tolerance=0.2", ...]` → {"tolerance": 0.2}; the policy's `configure` checks names and ranges."""
+    knobs: dict[str, float] = {}
+    for text in texts:
+        name, sep, value = (part.strip() for part in text.partition("="))
+        if not sep or not name:
+            raise SimConfigError("--knob", text, "must be NAME=VALUE")
+        if name in knobs:
+            raise SimConfigError(f"--knob {name}", value, "given more than once")
+        try:
+            knobs[name] = float(value)
+        except ValueError:
+            raise SimConfigError(f"--knob {name}", value, "must be a number") from None
+    return knobs
 
 
 def implied_mode(split: str | None) -> Mode | None:
@@ -95,12 +118,15 @@ def apply_overrides(scenario: Scenario, args: argparse.Namespace) -> Scenario:
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
+        knobs = parse_knobs(args.knob)
         scenario = apply_overrides(load_scenario(args.scenario), args)
         trace = scenario.traffic.build(args.seed, args.rate)
         config = scenario.config
         policy: Policy | None = None
         if scenario.policy is not None and config.fleet.mode == "disagg":
-            policy = build_policy(scenario.policy, config, trace)
+            policy = build_policy(scenario.policy, config, trace, knobs)
+        elif knobs:
+            raise SimConfigError("--knob", args.knob[0], "needs a policy in the loop (--policy, disagg)")
     except (SimConfigError, SpecError, TraceError, PolicyConfigError) as error:
         err.print(f"xpyd simulate: {error}", markup=False, highlight=False)
         return 2
@@ -127,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         "rate": args.rate if args.rate is not None else scenario.traffic.rate,
         "seed": args.seed,
         "policy": scenario.policy if policy is not None else None,
+        "knobs": knobs,
         **result.summary(),
         "wall_seconds": wall,
         "requests_per_wall_second": result.requests / wall,

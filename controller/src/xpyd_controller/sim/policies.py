@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from xpyd_controller.policy.context import PolicyContext
+import dataclasses
+from collections.abc import Mapping
+
+from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
 from xpyd_controller.policy.registry import POLICIES, make_policy
 from xpyd_controller.policy.types import Policy
 from xpyd_controller.sim.config import SimConfig
@@ -34,8 +37,16 @@ def policy_context(config: SimConfig) -> PolicyContext:
     )
 
 
-def build_policy(name: str, config: SimConfig, trace: Trace) -> Policy:
-    """A fresh policy by name (whether it may convert roles, each decision says)."""
+def build_policy(
+    name: str, config: SimConfig, trace: Trace, knobs: Mapping[str, float] | None = None
+) -> Policy:
+    """A fresh policy by name (whether it may convert roles, each decision says).
+
+    `knobs` override the policy's config defaults, validated as `PolicyContext.knobs` always are.
+    """
     if name in ORACLES:
+        if knobs:
+            knob = next(iter(knobs))
+            raise PolicyConfigError(name, knob, knobs[knob], "the hindsight oracles take no knobs")
         return make_oracle(name, trace, config)
-    return make_policy(name, policy_context(config))
+    return make_policy(name, dataclasses.replace(policy_context(config), knobs=dict(knobs or {})))
