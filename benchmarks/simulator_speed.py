@@ -1,13 +1,15 @@
 """Fleet simulator speed: the seed table's 8 runs and a 24 h day with the policy in the loop.
 
-Baseline, in the same run: a straightforward simulator with one heap event per decode step and per
-prefill chunk (the seed article's algorithm, re-expressed here and kept only here). It must produce
-the same table, so the comparison is like for like.
+Engines timed side by side in the same run (seed-table runs interleaved, so all see the same load):
+the compiled event loop (sim/engine.py built by hack/native, what `xpyd simulate` uses), the same
+source interpreted, and a baseline: a straightforward simulator with one heap event per decode step
+and per prefill chunk (the seed article's algorithm, re-expressed here and kept only here). All must
+produce the same table, so the comparison is like for like.
 
     .venv/bin/python benchmarks/simulator_speed.py [--repeats 5] [--day-rate 30] [--against REV] [--write]
 
 `--against REV` also times the seed table with sim/engine.py as committed at git revision REV,
-interleaved with this tree's runs (a before/after under the same machine load).
+interpreted (a before/after of the source under the same machine load).
 
 `--write` replaces the "Fleet simulator speed" section of docs/BENCHMARKS.md with the results.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import importlib
 import itertools
 import math
 import platform
@@ -32,11 +35,11 @@ import numpy as np
 
 from bench_docs import replace_section
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
+from xpyd_controller.sim import engine, native
 from xpyd_controller.sim.config import Fleet, SimConfig
-from xpyd_controller.sim.engine import RawRun, run_events
+from xpyd_controller.sim.engine import RawRun
 from xpyd_controller.sim.policies import build_policy
 from xpyd_controller.sim.results import summarise
-from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import load_scenario
 from xpyd_controller.sim.seed import SEED_GPUS, SEED_HARDWARE, SEED_SLO, seed_requests
 from xpyd_controller.sim.stats import seed_percentile
@@ -145,11 +148,10 @@ def baseline_run(mode: str, prefill_gpus: int, trace: Trace) -> tuple[float, flo
 
 
 RunEvents = Callable[[SimConfig, Trace], RawRun]
+Row = tuple[float, float, float]
 
 
-def seed_table_fast(
-    traces: dict[float, Trace], run: RunEvents = run_events
-) -> list[tuple[float, float, float]]:
+def seed_table(traces: dict[float, Trace], run: RunEvents) -> list[Row]:
     rows = []
     for rate in RATES:
         for mode, prefill in ROWS:
@@ -157,6 +159,14 @@ def seed_table_fast(
             result = summarise(traces[rate], run(config, traces[rate]), config.slo, 60.0)
             rows.append((result.ttft_p50, result.ttft_p99, result.goodput))
     return rows
+
+
+def compiled_engine() -> native.RunEvents:
+    status = native.compiled_status()
+    if status != "current":
+        sys.exit(f"the compiled engine is {status}: run hack/native first")
+    run: native.RunEvents = importlib.import_module(native.NATIVE_MODULE).run_events
+    return run
 
 
 def engine_at(revision: str) -> RunEvents:
@@ -176,112 +186,126 @@ def engine_at(revision: str) -> RunEvents:
     return run
 
 
-def seed_table_baseline(traces: dict[float, Trace]) -> list[tuple[float, float, float]]:
+def baseline_table(traces: dict[float, Trace]) -> list[Row]:
     return [baseline_run(mode, prefill, traces[rate]) for rate in RATES for mode, prefill in ROWS]
 
 
-def timed(fn: Callable[[], object], repeats: int) -> tuple[list[float], object]:
-    times, result = [], None
+def timed_interleaved(
+    variants: dict[str, Callable[[], list[Row]]], repeats: int
+) -> dict[str, tuple[list[float], list[Row]]]:
+    """Time each variant once per round, `repeats` rounds, so all see the same machine load."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    results: dict[str, list[Row]] = {}
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return times, result
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            results[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (times[name], results[name]) for name in variants}
 
 
-def timed_pair(
-    fn: Callable[[], object], other: Callable[[], object], repeats: int
-) -> tuple[list[float], object, list[float], object]:
-    """Time two variants alternately, so both see the same machine load."""
-    times: list[float] = []
-    other_times: list[float] = []
-    result = other_result = None
-    for _ in range(repeats):
-        one, result = timed(fn, 1)
-        two, other_result = timed(other, 1)
-        times += one
-        other_times += two
-    return times, result, other_times, other_result
+def same_table(one: list[Row], other: list[Row]) -> bool:
+    return all(
+        math.isclose(a[0], b[0], rel_tol=1e-6) and math.isclose(a[2], b[2], abs_tol=1e-9)
+        for a, b in zip(one, other, strict=True)
+    )
 
 
-def day_run(rate: float, policy_name: str) -> tuple[float, int, float]:
+def day_run(rate: float, run: native.RunEvents, policy_name: str = "xpyd") -> tuple[float, int, float]:
     scenario = load_scenario("drift-day")
     trace = scenario.traffic.build(seed=1, rate=rate)
     policy = build_policy(policy_name, scenario.config, trace)
     start = time.perf_counter()
-    result = simulate(scenario.config, trace, policy, limits=scenario.limits)
+    raw = run(scenario.config, trace, policy, scenario.limits)
+    result = summarise(trace, raw, scenario.config.slo, 60.0)
     return time.perf_counter() - start, result.requests, result.goodput
+
+
+def rounded(times: list[float], digits: int = 3) -> list[float]:
+    return [round(x, digits) for x in times]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="seed-table rounds (compiled, source)")
     parser.add_argument("--baseline-repeats", type=int, default=3)
     parser.add_argument("--day-rate", type=float, default=30.0)
-    parser.add_argument("--day-repeats", type=int, default=3)
+    parser.add_argument("--day-repeats", type=int, default=3, help="24 h runs on the compiled engine")
+    parser.add_argument("--day-source-repeats", type=int, default=1, help="24 h runs on the source engine")
     parser.add_argument("--against", metavar="REV", help="also time sim/engine.py at git revision REV")
     parser.add_argument("--write", action="store_true", help="update docs/BENCHMARKS.md")
     args = parser.parse_args()
 
+    compiled = compiled_engine()
     traces = {rate: seed_requests(rate) for rate in RATES}
-    previous_row = previous_note = ""
+    variants: dict[str, Callable[[], list[Row]]] = {
+        "compiled": lambda: seed_table(traces, compiled),
+        "source": lambda: seed_table(traces, engine.run_events),
+    }
     if args.against:
         previous = engine_at(args.against)
-        fast_times, fast_rows, previous_times, previous_rows = timed_pair(
-            lambda: seed_table_fast(traces), lambda: seed_table_fast(traces, previous), args.repeats
-        )
-        previous_median = statistics.median(previous_times)
-        same = previous_rows == fast_rows
-        print(
-            f"engine at {args.against}: {previous_median:.3f} s {[round(x, 3) for x in previous_times]}, "
-            f"identical rows: {same}"
-        )
-        previous_row = (
-            f"| seed table, engine at `{args.against}` (same run, interleaved) | "
-            f"{previous_median:.3f} s | | |\n"
-        )
-        previous_note = (
-            f" Engine at `{args.against}`, interleaved with this tree's runs: "
-            f"{[round(x, 3) for x in previous_times]} s, identical table: {same}."
-        )
-    else:
-        fast_times, fast_rows = timed(lambda: seed_table_fast(traces), args.repeats)
-    base_times, base_rows = timed(lambda: seed_table_baseline(traces), args.baseline_repeats)
-    assert isinstance(fast_rows, list) and isinstance(base_rows, list)
-    agree = all(
-        math.isclose(f[0], b[0], rel_tol=1e-6) and math.isclose(f[2], b[2], abs_tol=1e-9)
-        for f, b in zip(fast_rows, base_rows, strict=True)
-    )
-    fast, base = statistics.median(fast_times), statistics.median(base_times)
+        variants[f"source at {args.against}"] = lambda: seed_table(traces, previous)
+    timed_runs = timed_interleaved(variants, args.repeats)
+    base_times, base_rows = timed_interleaved(
+        {"baseline": lambda: baseline_table(traces)}, args.baseline_repeats
+    )["baseline"]
+    base = statistics.median(base_times)
     requests = sum(len(traces[rate]) for rate in RATES) * len(ROWS)
-    print(f"seed table ({requests} requests): fast {fast:.3f} s, baseline {base:.3f} s, x{base / fast:.1f}")
-    print(
-        f"  fast runs {[round(x, 3) for x in fast_times]}, baseline runs {[round(x, 3) for x in base_times]}"
-    )
-    print(f"  same TTFT p50 and goodput in all 8 rows: {agree}")
-    day = [day_run(args.day_rate, "xpyd") for _ in range(args.day_repeats)]
-    day_wall = statistics.median(d[0] for d in day)
-    day_requests = day[0][1]
-    print(
-        f"24 h drift day at {args.day_rate:g} req/s, xpyd policy in the loop: {day_wall:.1f} s wall, "
-        f"{day_requests} requests, {day_requests / day_wall:,.0f} requests/s (runs {[round(d[0], 1) for d in day]})"
-    )
+    compiled_median = statistics.median(timed_runs["compiled"][0])
+    lines = []
+    for name, (times, rows) in timed_runs.items():
+        median = statistics.median(times)
+        agree = same_table(rows, base_rows)
+        print(
+            f"seed table ({requests} requests), {name}: {median:.3f} s {rounded(times)}, "
+            f"baseline x{base / median:.1f}, same table as baseline: {agree}"
+        )
+        lines.append(
+            f"| seed table, 8 runs, {requests:,} requests | {name} | {median:.3f} s ({requests / median:,.0f} req/s) "
+            f"| ×{median / compiled_median:.2f} | ×{base / median:.1f} | {agree} |"
+        )
+    print(f"seed table, baseline: {base:.3f} s {rounded(base_times)}")
+    days = {
+        "compiled": [day_run(args.day_rate, compiled) for _ in range(args.day_repeats)],
+        "source": [day_run(args.day_rate, engine.run_events) for _ in range(args.day_source_repeats)],
+    }
+    day_requests = days["compiled"][0][1]
+    compiled_day = statistics.median(d[0] for d in days["compiled"])
+    day_notes = []
+    for name, runs in days.items():
+        if not runs:
+            continue
+        wall = statistics.median(d[0] for d in runs)
+        print(
+            f"24 h drift day at {args.day_rate:g} req/s, xpyd in the loop, {name}: {wall:.1f} s "
+            f"{rounded([d[0] for d in runs], 1)}, {day_requests / wall:,.0f} requests/s, goodput {runs[0][2]:.4f}"
+        )
+        lines.append(
+            f"| 24 h drift day at {args.day_rate:g} req/s, xpyd in the loop, {day_requests:,} requests | {name} "
+            f"| {wall:.1f} s ({day_requests / wall:,.0f} req/s) | ×{wall / compiled_day:.2f} | — (hours) | "
+            f"{runs[0][2] == days['compiled'][0][2]} |"
+        )
+        day_notes.append(f"{name} {rounded([d[0] for d in runs], 1)} s")
     if args.write:
+        table = "\n".join(lines)
+        seed_notes = ", ".join(f"{name} {rounded(times)} s" for name, (times, _) in timed_runs.items())
         body = f"""{SECTION}
 
 Command: `{" ".join([".venv/bin/python", "benchmarks/simulator_speed.py", *sys.argv[1:]])}` on
 {platform.machine()} / Python {platform.python_version()} (shared 2-core machine; medians).
+"compiled" is sim/engine.py built by `hack/native` (mypyc), which `xpyd simulate` and the benchmarks
+use; "source" is the same file interpreted. Seed-table runs of the engines were interleaved.
 
-| workload | this simulator | baseline (one event per step/chunk) | speed-up |
-|---|---|---|---|
-| seed table, 8 runs, {requests:,} requests | {fast:.3f} s ({requests / fast:,.0f} req/s) | {base:.3f} s ({requests / base:,.0f} req/s) | ×{base / fast:.1f} |
-{previous_row}| 24 h drift day at {args.day_rate:g} req/s, xpyd policy in the loop, {day_requests:,} requests | {day_wall:.1f} s ({day_requests / day_wall:,.0f} req/s) | — (not run: hours) | |
+| workload | engine | wall time | vs compiled | baseline (one event per step/chunk) speed-up | same results |
+|---|---|---|---|---|---|
+{table}
 
-Both simulators produce the same seed table (TTFT p50 and goodput identical in all 8 rows: {agree}).
-Individual timings: fast {[round(x, 3) for x in fast_times]} s, baseline {[round(x, 3) for x in base_times]} s,
-day {[round(d[0], 1) for d in day]} s.{previous_note} Targets: seed table < 0.5 s, day < 60 s.
+"Same results": the seed table's TTFT p50 and goodput equal the baseline's in all 8 rows; the day's
+goodput equals the compiled run's. Baseline seed table: {base:.3f} s median.
+Individual timings: seed table {seed_notes}, baseline {rounded(base_times)} s; day {"; ".join(day_notes)}.
+Targets: seed table < 0.5 s, day < 60 s.
 """
         replace_section(SECTION, body)
     return 0

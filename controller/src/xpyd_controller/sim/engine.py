@@ -20,7 +20,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -31,15 +31,31 @@ from xpyd_controller.sim.stats import gap_bin
 from xpyd_controller.sim.traces import Trace
 
 # Instance states.
-STARTING, READY, DRAINING, CONVERTING = "starting", "ready", "draining", "converting"
-PREFILL, DECODE = "prefill", "decode"
+# Constants are `Final` so that the compiled build (hack/native) inlines them instead of looking
+# them up in the module's namespace at every use.
+STARTING: Final = "starting"
+READY: Final = "ready"
+DRAINING: Final = "draining"
+CONVERTING: Final = "converting"
+PREFILL: Final = "prefill"
+DECODE: Final = "decode"
 # Operations of a batch instance.
-_IDLE, _RUN, _CHUNK, _CYCLE = 0, 1, 2, 3
+_IDLE: Final = 0
+_RUN: Final = 1
+_CHUNK: Final = 2
+_CYCLE: Final = 3
 # Event kinds (ints: compared in the hot loop).
-_OP_END, _ADMIT, _XFER_START, _LINK_DONE, _TICK, _READY, _PREFILL_IDLE, _RETIRE = range(8)
+_OP_END: Final = 0
+_ADMIT: Final = 1
+_XFER_START: Final = 2
+_LINK_DONE: Final = 3
+_TICK: Final = 4
+_READY: Final = 5
+_PREFILL_IDLE: Final = 6
+_RETIRE: Final = 7
 # Context bucket (tokens) for step times that read the batch's resident KV.
-_CONTEXT_BUCKET = 256
-_HISTOGRAM_FOLD_AT = 100_000  # distinct exact gap values kept before folding into log bins
+_CONTEXT_BUCKET: Final = 256
+_HISTOGRAM_FOLD_AT: Final = 100_000  # distinct exact gap values kept before folding into log bins
 
 ProgressFn = Callable[[float, int, int], None]
 
@@ -62,7 +78,6 @@ class _Instance:
         "gap_max_value",
         "kv_used",
         "last_step_end",
-        "members",
         "op",
         "op_end",
         "op_first",
@@ -72,6 +87,7 @@ class _Instance:
         "queue",
         "ready_at",
         "role",
+        "size",
         "state",
         "steps",
         "target_role",
@@ -95,7 +111,7 @@ class _Instance:
         self.free_at = 0.0
         self.queue: deque[int] = deque()
         self.chunks_done = 0
-        self.members: dict[int, int] = {}  # rid -> reserved KV tokens
+        self.size = 0  # requests in the batch (each holds its reserved KV tokens until it leaves)
         self.departures: list[tuple[int, int]] = []  # (step count at which it finishes, rid)
         self.fresh: list[int] = []  # members still waiting for their first token
         self.steps = 0
@@ -123,7 +139,7 @@ class _Instance:
     def is_empty(self, t: float) -> bool:
         if self.role == PREFILL:
             return self.free_at <= t
-        return self.op == _IDLE and not self.members and not self.queue
+        return self.op == _IDLE and not self.size and not self.queue
 
 
 @dataclass(frozen=True)
@@ -177,7 +193,7 @@ class _Simulation:
         self.disagg = config.fleet.mode == "disagg"
         self.n = n = len(requests)
         self.arrival = requests.arrival_s.astype(np.float64).tolist()
-        self.prompt = requests.prompt_tokens.astype(np.int64).tolist()
+        self.requests = requests  # its arrays give the policy's windowed length percentiles
         self.output = requests.output_tokens.astype(np.int64).tolist()
         prompt = requests.prompt_tokens.astype(np.float64)
         hits = requests.prefix_hit_tokens.astype(np.float64) if real.prefix_cache else 0.0
@@ -196,6 +212,7 @@ class _Simulation:
         free_hbm = hw.gpu.hbm_bytes * width * real.kv_memory_fraction - hw.model.weight_footprint_bytes
         self.kv_cap_tokens = max(0, int(free_hbm / hw.model.kv_bytes_per_token))
         self.enforce_kv = real.kv_capacity
+        self.layerwise = real.layerwise_transfer
         largest = int(max(self.kv_need))
         if self.enforce_kv and largest > self.kv_cap_tokens:
             raise SimConfigError(
@@ -359,7 +376,7 @@ class _Simulation:
         inst.free_at = done
         inst.done_times.append(done)
         self.prefill_done[rid] = done
-        layerwise = self.cfg.realism.layerwise_transfer
+        layerwise = self.layerwise
         if self.link_shared is not None:
             self._push(start if layerwise else done, _XFER_START, rid)
         elif layerwise:
@@ -375,7 +392,7 @@ class _Simulation:
         best: _Instance | None = None
         best_load = 0
         for inst in self.ready[DECODE]:
-            load = len(inst.queue) + len(inst.members)
+            load = len(inst.queue) + inst.size
             if (best is None or load < best_load) and self._has_room(inst, rid):
                 best, best_load = inst, load
         if best is None:
@@ -435,7 +452,7 @@ class _Simulation:
     # ---- batch instances ------------------------------------------------------------------------
 
     def _add_member(self, inst: _Instance, rid: int) -> None:
-        inst.members[rid] = self.kv_need[rid]
+        inst.size += 1
         inst.fresh.append(rid)
         inst.ctx_sum += self.ctx[rid]
         heappush(inst.departures, (inst.steps + self.output[rid], rid))
@@ -448,24 +465,24 @@ class _Simulation:
         both a batch and a prefill queue exist, all alike until the head's last chunk or the next
         departure; the head's remaining chunks back to back when the batch is empty.
         """
-        members, queue = inst.members, inst.queue
-        if members and (not queue or not inst.alt):
-            step = self._step_time(len(members), inst.ctx_sum)
+        size, queue = inst.size, inst.queue
+        if size and (not queue or not inst.alt):
+            step = self._step_time(size, inst.ctx_sum)
             n = 1 if queue else inst.departures[0][0] - inst.steps
             inst.alt = True
             inst.op = _RUN
             inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, step, step, n
             inst.op_end = t + n * step
-        elif members:
+        elif size:
             head = queue[0]
             chunk = self.chunk_s[head]
             left = self.chunks - inst.chunks_done
             if left == 1:  # the head's last chunk: it joins before the step
                 n = 1
-                period = chunk + self._step_time(len(members) + 1, inst.ctx_sum + self.ctx[head])
+                period = chunk + self._step_time(size + 1, inst.ctx_sum + self.ctx[head])
             else:  # identical cycles until the chunk before the last, or the next departure
                 n = min(left - 1, inst.departures[0][0] - inst.steps)
-                period = chunk + self._step_time(len(members), inst.ctx_sum)
+                period = chunk + self._step_time(size, inst.ctx_sum)
             inst.op = _CYCLE
             inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, period, period, n
             inst.op_end = t + n * period
@@ -503,7 +520,7 @@ class _Simulation:
         if inst.op == _RUN and not inst.queue:
             n = inst.departures[0][0] - inst.steps
             if n > 1:
-                inst.op_step = self._step_time(len(inst.members), inst.ctx_sum)
+                inst.op_step = self._step_time(inst.size, inst.ctx_sum)
             inst.op_n = n
         inst.op_end = inst.op_start + inst.op_first + (inst.op_n - 1) * inst.op_step
         inst.version += 1
@@ -517,7 +534,7 @@ class _Simulation:
         The gap stack needs one entry per point where newcomers start counting: with no newcomers,
         the first gap and the later steps' gap share one entry (their maximum)."""
         first_end = start + first
-        size = len(inst.members)
+        size = inst.size
         fresh = inst.fresh
         hist = self.gap_hist
         settled = size - len(fresh)
@@ -584,7 +601,8 @@ class _Simulation:
             self._admit_waiting(t)
 
     def _depart(self, inst: _Instance, rid: int, t: float) -> None:
-        inst.kv_used -= inst.members.pop(rid)
+        inst.size -= 1
+        inst.kv_used -= self.kv_need[rid]
         inst.ctx_sum -= self.ctx[rid]
         at = inst.gap_max_at
         index = bisect_left(at, self.gap_start[rid])
@@ -632,7 +650,7 @@ class _Simulation:
         while flows and flows[0][0] <= self.link_virtual * (1 + 1e-12) + 1e-6:
             rid = heappop(flows)[1]
             ready_at = t + overhead
-            if self.cfg.realism.layerwise_transfer:
+            if self.layerwise:
                 ready_at = max(ready_at, self.prefill_done[rid] + self.xfer_tail_s[rid])
             self._push(ready_at, _ADMIT, rid)
         self._link_reschedule(t)
@@ -654,7 +672,7 @@ class _Simulation:
             if role == PREFILL:
                 queued += max(0, inst.prefill_load(t) - 1)
             else:
-                running += len(inst.members)
+                running += inst.size
                 queued += len(inst.queue)
                 kv.append(inst.kv_used / self.kv_cap_tokens if self.kv_cap_tokens else 1.0)
         return PoolSample(
@@ -689,8 +707,8 @@ class _Simulation:
                 mean_in = (self.prefix_sum_prompt[hi] - self.prefix_sum_prompt[lo]) / count
                 mean_out = (self.prefix_sum_output[hi] - self.prefix_sum_output[lo]) / count
                 hit_rate = (self.prefix_sum_hits[hi] - self.prefix_sum_hits[lo]) / (mean_in * count)
-                p90_in = float(np.percentile(self.prompt[lo:hi], 90))
-                p90_out = float(np.percentile(self.output[lo:hi], 90))
+                p90_in = float(np.percentile(self.requests.prompt_tokens[lo:hi], 90))
+                p90_out = float(np.percentile(self.requests.output_tokens[lo:hi], 90))
             ttft = _window_p90(self.ttft_times, self.ttft_values, start, end)
             tpot = _window_p90(self.tpot_times, self.tpot_values, start, end)
         width = self.cfg.hardware.gpus_per_instance
@@ -770,7 +788,7 @@ class _Simulation:
     def _load(self, inst: _Instance, t: float) -> int:
         if inst.role == PREFILL:
             return inst.prefill_load(t)
-        return len(inst.queue) + len(inst.members)
+        return len(inst.queue) + inst.size
 
     def _convert_one(self, src: str, dst: str, t: float) -> bool:
         candidates = self.ready[src]
@@ -900,9 +918,9 @@ def _record_gap(inst: _Instance, gap: float) -> None:
 def _smallest_batch(instances: list[_Instance]) -> _Instance:
     """The instance with the fewest members, ties to the first (`min` without a key call each)."""
     best = instances[0]
-    fewest = len(best.members)
+    fewest = best.size
     for inst in instances:
-        size = len(inst.members)
+        size = inst.size
         if size < fewest:
             best, fewest = inst, size
     return best
