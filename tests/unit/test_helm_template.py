@@ -1,0 +1,316 @@
+"""What the chart renders (`helm lint`, `helm template` with the real helm binary) for the values users set."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import pytest
+from tests.helm_chart import CHART_DIR, ROOT, STANDARD_LABELS, helm, render, template
+
+from xpyd_api.names import COMPONENT_INSTANCE, LABEL_COMPONENT, LABEL_PDD, LABEL_ROLE
+
+NAMESPACED = {"watch": {"mode": "Namespaces", "namespaces": ["team-a", "team-b"]}}
+MONITORS = {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+MONITORING_APIS = (
+    "--api-versions",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "--api-versions",
+    "monitoring.coreos.com/v1/PodMonitor",
+)
+RBAC_ROW = re.compile(r"^\| `([^`]*)` \| `([^`]+)` \| ([a-z, ]+)")
+Rules = dict[tuple[str, str], set[str]]
+# The controller's needs as its engineer specified them (pddeployments, their status, pods, events).
+CONTROLLER_RULES: Rules = {
+    ("xpyd.dev", "pddeployments"): {"get", "list", "watch", "patch"},
+    ("xpyd.dev", "pddeployments/status"): {"patch"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("", "events"): {"create"},
+}
+
+
+def _documented_rules(doc: str) -> Rules:
+    """The table under '## RBAC it needs' in a docs page, as {(api group, resource): verbs}; `""` is core."""
+    section = (ROOT / "docs" / doc).read_text().split("## RBAC it needs", 1)[1].split("\n## ", 1)[0]
+    rows = (RBAC_ROW.match(line) for line in section.splitlines())
+    return {(row[1].strip('"'), row[2]): {verb.strip() for verb in row[3].split(",")} for row in rows if row}
+
+
+def _rules(role: dict[str, Any]) -> Rules:
+    rules: Rules = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault((group, resource), set()).update(rule["verbs"])
+    return rules
+
+
+def _named(objects: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+
+
+def _container(objects: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    (deployment,) = _named(objects, "Deployment", f"rel-xpyd-{component}")
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_helm_lint_is_clean() -> None:
+    result = helm("lint", "--strict", str(CHART_DIR))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "kinds"),
+    [
+        pytest.param(
+            {},
+            {
+                "ServiceAccount": 2,
+                "Deployment": 2,
+                "Service": 1,
+                "ClusterRole": 3,
+                "ClusterRoleBinding": 3,
+                "Role": 1,
+                "RoleBinding": 1,
+            },
+            id="default-all-namespaces",
+        ),
+        pytest.param(
+            NAMESPACED,
+            {
+                "ServiceAccount": 2,
+                "Deployment": 2,
+                "Service": 1,
+                "ClusterRole": 1,
+                "ClusterRoleBinding": 1,
+                "Role": 5,
+                "RoleBinding": 5,
+            },
+            id="namespaced",
+        ),
+        pytest.param(
+            {"controller": {"enabled": False}},
+            {"ServiceAccount": 1, "Deployment": 1, "ClusterRole": 2, "ClusterRoleBinding": 2},
+            id="controller-off",
+        ),
+        pytest.param(
+            {"controller": {"leaderElection": False}},
+            {"ServiceAccount": 2, "Deployment": 2, "Service": 1, "ClusterRole": 3, "ClusterRoleBinding": 3},
+            id="no-leader-election",
+        ),
+    ],
+)
+def test_rendered_kinds(values: dict[str, Any], kinds: dict[str, int]) -> None:
+    objects = render(values)
+    assert Counter(o["kind"] for o in objects) == kinds
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert set(STANDARD_LABELS) <= labels.keys(), obj["metadata"]
+            "metadata"
+        ]
+        assert labels["app.kubernetes.io/instance"] == "rel"
+
+
+def test_all_namespaces_binds_cluster_roles_with_the_documented_verbs() -> None:
+    objects = render({})
+    (operator_role,) = _named(objects, "ClusterRole", "rel-xpyd-operator")
+    (controller_role,) = _named(objects, "ClusterRole", "rel-xpyd-controller")
+    assert _rules(operator_role) == _documented_rules("operator.md")
+    assert _rules(controller_role) == CONTROLLER_RULES
+    (discovery,) = _named(objects, "ClusterRole", "rel-xpyd-operator-discovery")
+    assert _rules(discovery) == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+    for name in ("rel-xpyd-operator", "rel-xpyd-operator-discovery", "rel-xpyd-controller"):
+        (binding,) = _named(objects, "ClusterRoleBinding", name)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": name,
+        }
+        component = "controller" if "controller" in name else "operator"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"rel-xpyd-{component}", "namespace": "xpyd-system"}
+        ]
+    assert "--all-namespaces" in _container(objects, "operator")["args"]
+    assert "--all-namespaces" in _container(objects, "controller")["args"]
+
+
+def test_namespaced_mode_grants_roles_only_in_the_watched_namespaces() -> None:
+    objects = render(NAMESPACED)
+    for component, expected in (
+        ("operator", _documented_rules("operator.md")),
+        ("controller", CONTROLLER_RULES),
+    ):
+        roles = _named(objects, "Role", f"rel-xpyd-{component}")
+        assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+        assert all(_rules(role) == expected for role in roles)
+        bindings = _named(objects, "RoleBinding", f"rel-xpyd-{component}")
+        assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+        args = _container(objects, component)["args"]
+        assert "--all-namespaces" not in args
+        assert [a for a in args if a.startswith("--namespace")] == [
+            "--namespace=team-a",
+            "--namespace=team-b",
+        ]
+    (lease_role,) = _named(objects, "Role", "rel-xpyd-controller-leader-election")
+    assert lease_role["metadata"]["namespace"] == "xpyd-system"
+    assert _rules(lease_role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+def test_namespaced_mode_without_namespaces_watches_the_release_namespace() -> None:
+    objects = render({"watch": {"mode": "Namespaces"}}, namespace="serving")
+    assert [r["metadata"]["namespace"] for r in _named(objects, "Role", "rel-xpyd-operator")] == ["serving"]
+    assert "--namespace=serving" in _container(objects, "operator")["args"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "log_level", "flag"),
+    [
+        ({}, "info", None),
+        ({"resyncSeconds": 5, "probePodIp": False}, "debug", "--debug"),
+        ({}, "warning", "--quiet"),
+    ],
+)
+def test_operator_flags_and_settings(settings: dict[str, Any], log_level: str, flag: str | None) -> None:
+    values = {"operator": {"logLevel": log_level, "logFormat": "json", "settings": settings}}
+    container = _container(render(values), "operator")
+    assert container["command"] == ["python", "-m", "xpyd_operator"]
+    assert "--log-format=json" in container["args"]
+    assert {"--debug", "--quiet"} & set(container["args"]) == ({flag} if flag else set())
+    env = {e["name"]: e["value"] for e in container["env"]}
+    expected = {"probePodIp": True, "resyncSeconds": 30, **settings}
+    assert env["XPYD_RESYNC_SECONDS"] == str(expected["resyncSeconds"])
+    assert env["XPYD_PROBE_POD_IP"] == str(expected["probePodIp"]).lower()
+    assert set(env) == {
+        "XPYD_PROBE_POD_IP",
+        "XPYD_RESYNC_SECONDS",
+        "XPYD_ACTIVE_POLL_SECONDS",
+        "XPYD_ENGINE_TIMEOUT_SECONDS",
+        "XPYD_RESTART_WAIT_SECONDS",
+    }
+
+
+def test_controller_flags() -> None:
+    container = _container(render({"controller": {"metricsPort": 9400}}), "controller")
+    assert container["command"] == ["xpyd", "controller"]
+    assert container["args"] == ["--all-namespaces", "--metrics-port=9400", "--leader-elect"]
+    (service,) = _named(
+        render({"controller": {"metricsPort": 9400}}), "Service", "rel-xpyd-controller-metrics"
+    )
+    assert service["spec"]["ports"][0]["port"] == 9400
+
+
+@pytest.mark.parametrize("component", ["operator", "controller"])
+def test_pods_are_locked_down_and_placed_by_values(component: str) -> None:
+    placement = {
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "system", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {}},
+        "resources": {"limits": {"cpu": "2"}},
+    }
+    objects = render({component: placement, "image": {"tag": "9.9.9", "pullPolicy": "Always"}})
+    (deployment,) = _named(objects, "Deployment", f"rel-xpyd-{component}")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["serviceAccountName"] == f"rel-xpyd-{component}"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
+    assert container["image"] == "ghcr.io/xpyd/xpyd:9.9.9"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"]["limits"]["cpu"] == "2"
+    assert {key: pod[key] for key in ("nodeSelector", "tolerations", "affinity")} == {
+        key: placement[key] for key in ("nodeSelector", "tolerations", "affinity")
+    }
+
+
+def test_image_tag_defaults_to_the_app_version() -> None:
+    objects = render({})
+    chart_version = re.search(r'appVersion: "([^"]+)"', (CHART_DIR / "Chart.yaml").read_text())
+    assert chart_version is not None
+    assert _container(objects, "operator")["image"] == f"ghcr.io/xpyd/xpyd:{chart_version[1]}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "kinds"),
+    [
+        pytest.param((), [], id="no-prometheus-operator"),
+        pytest.param(MONITORING_APIS, ["PodMonitor", "ServiceMonitor"], id="with-prometheus-operator"),
+    ],
+)
+def test_monitors_need_the_values_and_the_api(extra: tuple[str, ...], kinds: list[str]) -> None:
+    objects = render(MONITORS, *extra)
+    assert sorted(o["kind"] for o in objects if o["apiVersion"].startswith("monitoring.coreos.com")) == kinds
+    assert not [
+        o for o in render({}, *MONITORING_APIS) if o["apiVersion"].startswith("monitoring.coreos.com")
+    ]
+
+
+def _prometheus_label(pod_label: str) -> str:
+    """How Prometheus' Kubernetes discovery names a pod label: __meta_kubernetes_pod_label_<sanitised>."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
+
+
+@pytest.mark.parametrize(
+    ("values", "selector"), [({}, {"any": True}), (NAMESPACED, {"matchNames": ["team-a", "team-b"]})]
+)
+def test_pod_monitor_scrapes_instances_with_pdd_and_role_labels(
+    values: dict[str, Any], selector: dict[str, Any]
+) -> None:
+    objects = render({**MONITORS, **values}, *MONITORING_APIS)
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    assert monitor["spec"]["selector"] == {"matchLabels": {LABEL_COMPONENT: COMPONENT_INSTANCE}}
+    assert monitor["spec"]["namespaceSelector"] == selector
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+    assert relabel == {"pdd": [_prometheus_label(LABEL_PDD)], "role": [_prometheus_label(LABEL_ROLE)]}
+    (service_monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    (service,) = _named(objects, "Service", "rel-xpyd-controller-metrics")
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize(
+    ("values", "named", "rule"),
+    [
+        ({"operator": {"replicas": -1}}, "/operator/replicas", "minimum: got -1, want 0"),
+        ({"operator": {"replicas": 2}}, "/operator/replicas", "maximum: got 2, want 1"),
+        ({"controller": {"replicas": -3}}, "/controller/replicas", "minimum: got -3, want 0"),
+        (
+            {"operator": {"logLevel": "verbose"}},
+            "/operator/logLevel",
+            "value must be one of 'debug', 'info', 'warning'",
+        ),
+        (
+            {"watch": {"mode": "Everywhere"}},
+            "/watch/mode",
+            "value must be one of 'AllNamespaces', 'Namespaces'",
+        ),
+        ({"watch": {"namespaces": ["Team_A"]}}, "/watch/namespaces/0", "'Team_A' does not match pattern"),
+        (
+            {"operator": {"settings": {"resyncSeconds": 0}}},
+            "/operator/settings/resyncSeconds",
+            "exclusiveMinimum",
+        ),
+        (
+            {"controller": {"metricsPort": 70000}},
+            "/controller/metricsPort",
+            "maximum: got 70,000, want 65,535",
+        ),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy", "value must be one of"),
+        (
+            {"monitoring": {"podMonitor": {"interval": "soon"}}},
+            "/monitoring/podMonitor/interval",
+            "does not match pattern",
+        ),
+        ({"operatr": {"replicas": 1}}, "at ''", "additional properties 'operatr' not allowed"),
+    ],
+)
+def test_invalid_values_are_rejected_naming_the_value(values: dict[str, Any], named: str, rule: str) -> None:
+    for result in (template(values), helm("lint", str(CHART_DIR), values=values)):
+        assert result.returncode != 0
+        output = result.stdout + result.stderr
+        assert named in output and rule in output, output
