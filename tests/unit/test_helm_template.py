@@ -109,8 +109,6 @@ def test_rendered_kinds(values: dict[str, Any], kinds: dict[str, int]) -> None:
     for obj in objects:
         labels = obj["metadata"]["labels"]
         assert set(STANDARD_LABELS) <= labels.keys(), obj["metadata"]
-            "metadata"
-        ]
         assert labels["app.kubernetes.io/instance"] == "rel"
 
 
