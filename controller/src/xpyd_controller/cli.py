@@ -14,6 +14,7 @@ from xpyd_controller import __version__
 SUBCOMMAND_MODULES = (
     "xpyd_controller.cli_plan",
     "xpyd_controller.cli_simulate",
+    "xpyd_controller.cli_controller",
 )
 
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Size, simulate and autoscale prefill/decode (PD) disaggregated LLM serving.\n\n"
             "  xpyd plan       how many prefill and decode instances for this model, GPU, link, traffic\n"
             "  xpyd simulate   replay traffic against a fleet and a policy; goodput, GPU-hours, plots\n"
+            "  xpyd controller run the autoscaler: Prometheus metrics in, PDDeployment sizes out\n"
             "  xpyd version    print the version"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -60,8 +60,9 @@ def connect() -> client.ApiClient:
 class Kube:
     """Thin wrapper: one method per call the reconcile loop makes."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, component: str = FIELD_MANAGER) -> None:
         self._api = api
+        self._component = component  # the Events' source (the controller reuses this class)
 
     def _call(
         self,
@@ -198,7 +199,7 @@ class Kube:
             "reason": reason,
             "message": message,
             "type": "Warning" if warning else "Normal",
-            "source": {"component": FIELD_MANAGER},
+            "source": {"component": self._component},
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,

@@ -1,0 +1,100 @@
+"""`xpyd controller`: run the autoscaling controller against the current cluster."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DESCRIPTION = """\
+Run the xpyd autoscaling controller: every spec.autoscaling.intervalSeconds, for each PDDeployment whose
+spec.autoscaling.mode is Advisory or Auto, read the engines' metrics from spec.autoscaling.prometheus.url,
+ask the policy for prefill/decode sizes, write status.autoscaler (inputs, desired sizes, binding
+constraint, predicted TTFT/TPOT, reasons) and, in Auto, spec.prefill.replicas and spec.decode.replicas.
+No metrics at all (Prometheus down, no matching series) holds the sizes; it never scales down on that.
+
+examples:
+  xpyd controller --namespace serving                 # one namespace, leader election on
+  xpyd controller --all-namespaces --metrics-port 9400
+  xpyd controller --namespace serving --once --no-leader-elect   # one pass, print decisions, exit
+
+Engine series must carry the labels namespace, pdd and role (rename with --label-*); docs/controller.md
+shows the scrape relabelling and the RBAC the controller needs."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch PDDeployments in NS (repeatable)",
+    )
+    scope.add_argument("--all-namespaces", action="store_true", help="watch PDDeployments in every namespace")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=9400, help="port of the controller's own /metrics (9400; 0 = off)"
+    )
+    parser.add_argument("--metrics-address", default="0.0.0.0", help="address /metrics listens on (0.0.0.0)")
+    elect = parser.add_mutually_exclusive_group()
+    elect.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action="store_true",
+        default=True,
+        help="decide only while holding the leader Lease (default): replicas can run side by side",
+    )
+    elect.add_argument(
+        "--no-leader-elect", dest="leader_elect", action="store_false", help="act without a Lease"
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        help="namespace of the Lease (default: the pod's namespace, else the first --namespace, else default)",
+    )
+    parser.add_argument("--lease-name", default="xpyd-controller", help="name of the Lease (xpyd-controller)")
+    parser.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        help="seconds a leader holds the Lease without renewing (15)",
+    )
+    parser.add_argument("--identity", help="this replica's name in the Lease (default: hostname-pid)")
+    parser.add_argument(
+        "--policy",
+        default="xpyd",
+        help="policy deciding the sizes (xpyd; threshold also reads the spec's knobs)",
+    )
+    parser.add_argument(
+        "--rate-window", type=float, default=60.0, help="seconds of history behind rates and quantiles (60)"
+    )
+    parser.add_argument(
+        "--tick",
+        type=float,
+        default=1.0,
+        help="seconds between passes; each PDD is decided at its own interval (1)",
+    )
+    for label, default in (("namespace", "namespace"), ("pdd", "pdd"), ("role", "role")):
+        parser.add_argument(
+            f"--label-{label}",
+            default=default,
+            help=f"name of the series label holding the {label} ({default})",
+        )
+    parser.add_argument("--once", action="store_true", help="one pass over every PDDeployment, then exit")
+    parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "controller",
+        help="run the autoscaling controller (reads Prometheus, writes replicas and status)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from xpyd_controller.controller import run
+
+    return run(args)

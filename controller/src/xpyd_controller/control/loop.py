@@ -1,0 +1,235 @@
+"""The decision loop: for each PDDeployment in Advisory or Auto, every `intervalSeconds`, observe, ask
+the policy, apply. All I/O goes through three small ports (Protocols), so this is tested with fakes and
+driven live by the Kubernetes and Prometheus adapters.
+
+One policy instance per PDDeployment uid keeps its stabilisation windows across passes; it is rebuilt
+only when the spec's model, hardware, SLOs or autoscaling knobs change. When no signal has data
+(Prometheus unreachable, or no series match) the decision holds: desired stays what the spec says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from xpyd_api.models import AutoscalingMode, PDDeployment, SpecError, parse_pdd
+from xpyd_api.names import Role
+from xpyd_controller.control.pools import pool_states
+from xpyd_controller.control.setup import limits, policy_context
+from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch
+from xpyd_controller.metrics.observation import build_observation, missing_signals
+from xpyd_controller.metrics.promql import LabelNames, Scope, Signal, build_queries, metrics_for
+from xpyd_controller.policy.context import PolicyContext
+from xpyd_controller.policy.registry import make_policy
+from xpyd_controller.policy.types import Decision, Limits, Policy
+
+logger = logging.getLogger(__name__)
+
+EVENT_SCALE = "ScaleDecision"
+EVENT_NO_METRICS = "MetricsUnavailable"
+EVENT_INVALID = "InvalidAutoscaling"
+HOLD_NO_METRICS = "NoMetricsHold"
+
+
+class ClusterPort(Protocol):
+    """The Kubernetes calls the loop makes (objects as plain JSON dicts)."""
+
+    def list_pdds(self) -> list[dict[str, Any]]: ...
+
+    def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]: ...
+
+    def patch_replicas(self, namespace: str, name: str, prefill: int, decode: int) -> None: ...
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+
+    def post_event(self, pdd: PDDeployment, reason: str, message: str, warning: bool = False) -> None: ...
+
+
+class MetricsPort(Protocol):
+    """One Prometheus: every query's value or None; `last_error` says why the last pass lacked data."""
+
+    last_error: str | None
+
+    def query_all(self, queries: Mapping[Signal, str]) -> dict[Signal, float | None]: ...
+
+
+class Telemetry(Protocol):
+    """The controller's own metrics."""
+
+    def record_decision(self, pdd: PDDeployment, record: DecisionRecord) -> None: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: str = "xpyd"
+    window_s: float = 60.0  # rate window of the PromQL queries
+    labels: LabelNames = field(default_factory=LabelNames)
+
+
+@dataclass
+class _Tracked:
+    """What the loop remembers about one PDDeployment between passes."""
+
+    context: PolicyContext | None = None
+    policy: Policy | None = None
+    next_due: float = 0.0
+    desired: tuple[int, int] | None = None
+    problem: str = ""  # the last setup error or missing-metrics note, to post each Event once
+
+
+def _same_setup(old: PolicyContext, new: PolicyContext) -> bool:
+    """Equal but for the initial sizes (which follow the replicas the controller itself writes)."""
+    return (
+        dataclasses.replace(new, initial_prefill=old.initial_prefill, initial_decode=old.initial_decode)
+        == old
+    )
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return min(high, max(low, value))
+
+
+class Controller:
+    def __init__(
+        self,
+        cluster: ClusterPort,
+        metrics: Callable[[str], MetricsPort],
+        telemetry: Telemetry,
+        settings: Settings = Settings(),
+    ) -> None:
+        self.cluster = cluster
+        self.metrics = metrics  # Prometheus URL → port (the caller caches them)
+        self.telemetry = telemetry
+        self.settings = settings
+        self._tracked: dict[str, _Tracked] = {}
+
+    def run_pass(self, now: float) -> list[DecisionRecord]:
+        """One look at every PDDeployment in scope; decides those whose interval has elapsed."""
+        records = []
+        seen = set()
+        for body in self.cluster.list_pdds():
+            try:
+                pdd = parse_pdd(body)
+            except SpecError as error:
+                logger.warning("skipping %s: %s", (body.get("metadata") or {}).get("name"), error)
+                continue
+            if pdd.spec.autoscaling.mode is AutoscalingMode.OFF:
+                continue
+            seen.add(pdd.uid)
+            tracked = self._tracked.setdefault(pdd.uid, _Tracked())
+            if now < tracked.next_due:
+                continue
+            tracked.next_due = now + pdd.spec.autoscaling.interval_seconds
+            try:
+                record = self._decide(pdd, body, tracked, now)
+            except Exception:  # one broken object must not stop the others' decisions
+                logger.exception("decision for %s/%s failed", pdd.namespace, pdd.name)
+                continue
+            if record is not None:
+                records.append(record)
+        for uid in set(self._tracked) - seen:
+            del self._tracked[uid]  # deleted, or autoscaling turned Off: its windows start afresh later
+        return records
+
+    def _policy(self, pdd: PDDeployment, tracked: _Tracked) -> Policy:
+        context = policy_context(pdd.spec)
+        if tracked.policy is None or tracked.context is None or not _same_setup(tracked.context, context):
+            tracked.policy = make_policy(self.settings.policy, context)
+            tracked.context = context
+        return tracked.policy
+
+    def _decide(
+        self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float
+    ) -> DecisionRecord | None:
+        spec = pdd.spec
+        try:
+            if spec.autoscaling.prometheus is None:
+                raise ValueError("spec.autoscaling.prometheus: required when mode is Advisory or Auto")
+            policy = self._policy(pdd, tracked)
+            engine = metrics_for(spec.engine.type)
+        except ValueError as error:  # SetupError, PolicyConfigError and the specs' errors are ValueErrors
+            self._report_problem(pdd, tracked, f"cannot configure policy {self.settings.policy!r}: {error}")
+            return None
+        scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
+        source = self.metrics(spec.autoscaling.prometheus.url)
+        answers = source.query_all(build_queries(engine, scope))
+        pods = self.cluster.list_instances(pdd.namespace, pdd.name)
+        pools = pool_states(pods, {role: spec.pool(role).gpus_per_instance for role in Role})
+        observation = build_observation(
+            answers, pools[Role.PREFILL], pools[Role.DECODE], now, self.settings.window_s
+        )
+        missing = missing_signals(answers)
+        bounds = limits(spec)
+        note = ""
+        if len(missing) == len(Signal):
+            note = source.last_error or "no engine series matched the PDDeployment's labels"
+            decision = Decision(None, None, binding="missing_data", reasons=(HOLD_NO_METRICS,))
+            if tracked.problem != note:
+                self.cluster.post_event(
+                    pdd, EVENT_NO_METRICS, f"holding the pool sizes: {note}", warning=True
+                )
+        else:
+            decision = policy.decide(observation, bounds)
+        tracked.problem = note
+        record = DecisionRecord(
+            observation=observation,
+            decision=decision,
+            desired=_desired(decision, pdd, bounds),
+            missing=[str(signal) for signal in missing],
+            applied=False,
+            mode=str(spec.autoscaling.mode),
+            policy=policy.name,
+            generation=pdd.generation,
+            note=note,
+        )
+        record = self._apply(pdd, tracked, record)
+        self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": _status_patch(body, record)})
+        self.telemetry.record_decision(pdd, record)
+        return record
+
+    def _apply(self, pdd: PDDeployment, tracked: _Tracked, record: DecisionRecord) -> DecisionRecord:
+        """Write replicas (Auto, when changed) and post an Event when the desired sizes change."""
+        spec = pdd.spec
+        current = (spec.prefill.replicas, spec.decode.replicas)
+        desired = record.desired
+        applied = spec.autoscaling.mode is AutoscalingMode.AUTO and desired != current
+        if applied:
+            self.cluster.patch_replicas(pdd.namespace, pdd.name, *desired)
+        before = tracked.desired or current
+        if desired != before:
+            decision = record.decision
+            verb = "setting" if spec.autoscaling.mode is AutoscalingMode.AUTO else "advising"
+            message = (
+                f"{verb} prefill {before[0]}→{desired[0]}, decode {before[1]}→{desired[1]}; "
+                f"binding {decision.binding or 'none'}; reasons: {', '.join(decision.reasons) or 'none'}"
+            )
+            self.cluster.post_event(pdd, EVENT_SCALE, message)
+        tracked.desired = desired
+        return dataclasses.replace(record, applied=applied)
+
+    def _report_problem(self, pdd: PDDeployment, tracked: _Tracked, message: str) -> None:
+        logger.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+        if tracked.problem != message:
+            self.cluster.post_event(pdd, EVENT_INVALID, message, warning=True)
+            tracked.problem = message
+        tracked.policy = tracked.context = None
+
+
+def _desired(decision: Decision, pdd: PDDeployment, bounds: Limits) -> tuple[int, int]:
+    """The decision's sizes clamped to the spec's bounds; the spec's replicas where it has no opinion."""
+    spec = pdd.spec
+    prefill = spec.prefill.replicas if decision.prefill is None else decision.prefill
+    decode = spec.decode.replicas if decision.decode is None else decision.decode
+    return (
+        _clamp(prefill, bounds.prefill_min, bounds.prefill_max),
+        _clamp(decode, bounds.decode_min, bounds.decode_max),
+    )
+
+
+def _status_patch(body: dict[str, Any], record: DecisionRecord) -> dict[str, Any]:
+    """Merge patch for `status.autoscaler` that replaces the previous one whole."""
+    current = (body.get("status") or {}).get("autoscaler")
+    return replacing_patch(current if isinstance(current, dict) else None, render_autoscaler(record))

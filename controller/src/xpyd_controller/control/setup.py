@@ -1,0 +1,106 @@
+"""A PDDeployment's spec → the policy's `PolicyContext` and `Limits` (pure).
+
+The same presets and override rule as `xpyd plan`: a preset fills the numbers, explicit spec numbers
+override it. Without a GPU or link preset the controller assumes what `xpyd plan` assumes (h100-sxm,
+ib-400g). The autoscaling windows and tolerance of the spec become the policy's knobs of the same meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from xpyd_api.models import HardwareSpec, PDDeploymentSpec
+from xpyd_api.models import ModelSpec as ApiModelSpec
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
+from xpyd_controller.policy.context import PolicyContext
+from xpyd_controller.policy.types import Limits
+
+DEFAULT_GPU = "h100-sxm"
+DEFAULT_LINK = "ib-400g"
+_MODEL_FIELDS = ("params", "layers", "kv_heads", "head_dim", "hidden_size", "kv_bytes", "weight_bytes")
+_MLA_FIELDS = ("kv_latent_dim", "rope_dim")
+_GPU_FIELDS = ("peak_flops", "mfu", "hbm_bandwidth", "mbu", "hbm_bytes")
+
+
+PresetT = TypeVar("PresetT")
+
+
+class SetupError(ValueError):
+    """The spec cannot configure a policy; the message names the field, value and rule."""
+
+
+def _preset(table: Mapping[str, PresetT], field: str, name: str) -> PresetT:
+    if name not in table:
+        raise SetupError(f"{field} = {name!r}: unknown preset; known: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def _given(spec: object, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in names if getattr(spec, name) is not None}
+
+
+def model_spec(model: ApiModelSpec) -> ModelSpec:
+    overrides = _given(model, _MODEL_FIELDS + _MLA_FIELDS)
+    if model.preset is not None:
+        return dataclasses.replace(_preset(MODEL_PRESETS, "spec.model.preset", model.preset), **overrides)
+    missing = [
+        f"spec.model.{name}" for name in ("params", "layers", "kv_heads", "head_dim") if name not in overrides
+    ]
+    if missing:
+        raise SetupError(
+            f"spec.model.preset is not set, so {', '.join(missing)} must be (the capacity model needs them)"
+        )
+    return ModelSpec(**overrides)
+
+
+def gpu_spec(hardware: HardwareSpec) -> GpuSpec:
+    preset = _preset(GPU_PRESETS, "spec.hardware.gpu", hardware.gpu or DEFAULT_GPU)
+    return dataclasses.replace(preset, **_given(hardware, _GPU_FIELDS))
+
+
+def link_spec(hardware: HardwareSpec) -> LinkSpec:
+    preset = _preset(LINK_PRESETS, "spec.hardware.link", hardware.link or DEFAULT_LINK)
+    overrides = {
+        field: value
+        for field, value in (
+            ("bandwidth", hardware.link_bandwidth),
+            ("overhead", hardware.link_overhead_seconds),
+        )
+        if value is not None
+    }
+    return dataclasses.replace(preset, **overrides)
+
+
+def policy_context(spec: PDDeploymentSpec) -> PolicyContext:
+    """Everything a policy factory needs, from the spec; raises SetupError (or the specs' own errors)."""
+    autoscaling = spec.autoscaling
+    return PolicyContext(
+        model=model_spec(spec.model),
+        gpu=gpu_spec(spec.hardware),
+        link=link_spec(spec.hardware),
+        ttft_slo_s=spec.slo.ttft_seconds,
+        tpot_slo_s=spec.slo.tpot_seconds,
+        prefill_gpus_per_instance=spec.prefill.gpus_per_instance,
+        decode_gpus_per_instance=spec.decode.gpus_per_instance,
+        scrape_interval_s=autoscaling.interval_seconds,
+        initial_prefill=spec.prefill.replicas,
+        initial_decode=spec.decode.replicas,
+        knobs={
+            "up_window_s": autoscaling.scale_up_window_seconds,
+            "down_window_s": autoscaling.scale_down_window_seconds,
+            "tolerance": autoscaling.tolerance,
+        },
+    )
+
+
+def limits(spec: PDDeploymentSpec) -> Limits:
+    return Limits(
+        prefill_min=spec.prefill.min_replicas,
+        prefill_max=spec.prefill.max_replicas,
+        decode_min=spec.decode.min_replicas,
+        decode_max=spec.decode.max_replicas,
+        gpu_budget=spec.autoscaling.gpu_budget,
+    )

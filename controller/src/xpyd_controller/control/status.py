@@ -1,0 +1,94 @@
+"""`status.autoscaler`, rendered from one decision (pure), and the merge patch that replaces it whole.
+
+Every field is written on every decision, null when unknown (which a merge patch turns into "absent"), so
+no stale number of an older decision survives; `missingData` names the inputs that had no data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from xpyd_controller.policy.types import Decision, Observation, PoolState
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One decision for one PDDeployment, with what it was based on."""
+
+    observation: Observation
+    decision: Decision
+    desired: tuple[int, int]  # (prefill, decode)
+    missing: Sequence[str]  # signals without data
+    applied: bool  # replicas were written (mode Auto and the desired sizes differ from the spec)
+    mode: str
+    policy: str
+    generation: int
+    note: str = ""  # why the decision holds, when it was not the policy's (e.g. Prometheus unreachable)
+
+
+def timestamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pool(pool: PoolState) -> dict[str, int]:
+    return {"ready": pool.ready, "starting": pool.starting, "draining": pool.draining}
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
+    """The `status.autoscaler` object (camelCase, numbers in SI units, times in RFC 3339)."""
+    obs, decision = record.observation, record.decision
+    details = decision.details
+    return {
+        "observedGeneration": record.generation,
+        "lastDecisionTime": timestamp(obs.time_s),
+        "mode": record.mode,
+        "policy": record.policy,
+        "desired": {"prefill": record.desired[0], "decode": record.desired[1]},
+        "applied": record.applied,
+        "binding": decision.binding or None,
+        "reasons": list(decision.reasons),
+        "message": record.note or None,
+        "missingData": list(record.missing),
+        "predicted": {
+            "ttftSeconds": _number(details.get("predicted_ttft_seconds")),
+            "tpotSeconds": _number(details.get("predicted_tpot_seconds")),
+        },
+        "inputs": {
+            "windowSeconds": obs.window_s,
+            "arrivalRate": _number(obs.arrival_rate),
+            "meanInputTokens": _number(obs.mean_input_tokens),
+            "meanOutputTokens": _number(obs.mean_output_tokens),
+            "p90InputTokens": _number(obs.p90_input_tokens),
+            "p90OutputTokens": _number(obs.p90_output_tokens),
+            "prefixHitRate": _number(obs.prefix_hit_rate),
+            "prefillQueue": _number(obs.prefill_queue),
+            "decodeRunning": _number(obs.decode_running),
+            "decodeKvUsage": _number(obs.decode_kv_usage),
+            "ttftP90Seconds": _number(obs.ttft_p90_s),
+            "tpotP90Seconds": _number(obs.tpot_p90_s),
+            "prefill": _pool(obs.prefill),
+            "decode": _pool(obs.decode),
+        },
+        "details": {key: _number(value) for key, value in sorted(details.items())},
+    }
+
+
+def replacing_patch(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that turns `current` into exactly `new` (keys only in `current` become null)."""
+    patch: dict[str, Any] = {}
+    for key, old in (current or {}).items():
+        if key not in new:
+            patch[key] = None
+        elif isinstance(old, Mapping) and isinstance(new[key], Mapping):
+            patch[key] = replacing_patch(old, new[key])
+    for key, value in new.items():
+        if key not in patch:
+            patch[key] = value
+    return patch

@@ -1,0 +1,1 @@
+"""The controller's only Kubernetes I/O (PDDeployments, instance pods, Events, the leader Lease)."""

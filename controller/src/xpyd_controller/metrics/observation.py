@@ -1,0 +1,51 @@
+"""Query answers + pool states → the policy's `Observation`, filled as the simulator fills it (pure).
+
+`None` is "no data" and stays `None`: a failed query never becomes 0. A rate of 0 is real (no traffic);
+a mean over no requests is unknown (None), as in the simulator's `_observe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from xpyd_controller.metrics.promql import Signal
+from xpyd_controller.policy.types import Observation, PoolState
+
+Answers = Mapping[Signal, float | None]
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator/denominator, or None when either is unknown or nothing was counted."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def missing_signals(answers: Answers) -> list[Signal]:
+    """Signals without data, in a stable order (for status and the missing-data counter)."""
+    return [signal for signal in Signal if answers.get(signal) is None]
+
+
+def build_observation(
+    answers: Answers, prefill: PoolState, decode: PoolState, time_s: float, window_s: float
+) -> Observation:
+    """The Observation for one decision; lengths and hit rate are ratios of windowed rates."""
+    value = answers.get
+    arrivals = value(Signal.ARRIVAL_RATE)
+    return Observation(
+        time_s=time_s,
+        window_s=window_s,
+        prefill=prefill,
+        decode=decode,
+        arrival_rate=arrivals,
+        mean_input_tokens=_ratio(value(Signal.INPUT_TOKENS_RATE), arrivals),
+        mean_output_tokens=_ratio(value(Signal.OUTPUT_TOKENS_RATE), value(Signal.OUTPUT_REQUESTS_RATE)),
+        prefix_hit_rate=_ratio(value(Signal.PREFIX_HITS_RATE), value(Signal.PREFIX_QUERIES_RATE)),
+        p90_input_tokens=value(Signal.INPUT_TOKENS_P90),
+        p90_output_tokens=value(Signal.OUTPUT_TOKENS_P90),
+        prefill_queue=value(Signal.PREFILL_QUEUE),
+        decode_running=value(Signal.DECODE_RUNNING),
+        decode_kv_usage=value(Signal.DECODE_KV_USAGE),
+        ttft_p90_s=value(Signal.TTFT_P90),
+        tpot_p90_s=value(Signal.TPOT_P90),
+    )

@@ -1,0 +1,56 @@
+"""The controller's only Prometheus I/O: instant queries, each reduced to one number or None.
+
+Strict like KEDA's scaler: an HTTP error, an empty answer, more than one series, NaN or ±Inf is None
+("no data"), never 0. A server that cannot be reached is asked nothing more in that pass, so a dead
+Prometheus costs one timeout per decision, not one per query. `last_error` keeps why, for the status.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests.exceptions import RequestException
+from urllib3.util.retry import Retry
+
+TIMEOUT_SECONDS = 5
+Key = TypeVar("Key")
+
+
+class PrometheusSource:
+    """One Prometheus server; `query_all` never raises for a bad answer or an unreachable server."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+        self.url = url
+        self._client = PrometheusConnect(
+            url=url, headers=headers, retry=Retry(total=0), timeout=TIMEOUT_SECONDS
+        )
+        self.last_error: str | None = None
+
+    def query_all(self, queries: Mapping[Key, str]) -> dict[Key, float | None]:
+        """Every query's value (None for no data); stops asking after a connection failure."""
+        answers: dict[Key, float | None] = dict.fromkeys(queries)
+        self.last_error = None
+        for key, promql in queries.items():
+            try:
+                answers[key] = single_value(self._client.custom_query(promql))
+            except PrometheusApiClientException as error:
+                self.last_error = f"Prometheus at {self.url} rejected a query: {error}"
+            except RequestException as error:
+                self.last_error = f"Prometheus at {self.url} unreachable: {type(error).__name__}"
+                break
+        return answers
+
+
+def single_value(result: Any) -> float | None:
+    """The value of a one-series instant-vector answer; None for anything else."""
+    if not isinstance(result, list) or len(result) != 1 or not isinstance(result[0], dict):
+        return None
+    try:
+        number = float(result[0]["value"][1])  # {"metric": {...}, "value": [timestamp, "value"]}
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    return number if math.isfinite(number) else None
