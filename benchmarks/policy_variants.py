@@ -41,7 +41,6 @@ VARIANTS: dict[str, dict[str, float]] = {
 SHOWN = ("goodput", "gpu_hours", "good_requests_per_gpu_hour", "ttft_p99", "scale_ups", "conversions")
 COLUMNS = [m for m in METRICS if m[0] in SHOWN] + [
     ("decode_kv_blames", "TTFT misses blamed on decode", "{:.1f}"),
-    ("cheaper_budget_picks", "decisions on a step budget < TPOT SLO", "{:.1f}"),
     ("decide_ms", "policy ms/decision (median)", "{:.2f}"),
 ]
 
@@ -85,12 +84,8 @@ def run_variant(job: tuple[str, str, int, float]) -> Outcome:
     policy = RecordingPolicy(make_policy("xpyd", context))
     started = time.perf_counter()
     result = simulate(chosen.config, trace, policy, limits=chosen.limits)
-    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-3]}
+    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-2]}
     metrics["decode_kv_blames"] = float(sum("DecodeKvFullTtftMissed" in d.reasons for d in policy.decisions))
-    slo = context.tpot_slo_s * (1 - 1e-9)
-    metrics["cheaper_budget_picks"] = float(
-        sum(d.details.get("decode_step_budget_seconds", slo) < slo for d in policy.decisions)
-    )
     metrics["decide_ms"] = statistics.median(policy.seconds) * 1e3
     return Outcome(key, label, seed, metrics, time.perf_counter() - started)
 

@@ -20,14 +20,14 @@ from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy
 ISL, OSL = 6000.0, 300.0
 
 
-def model_plan(rate: float, tpot: float = 0.1) -> tuple[int, int]:
-    """The capacity model's own sizing at one decode step budget."""
+def model_plan(rate: float) -> tuple[int, int]:
+    """The capacity model's own sizing at the SLOs."""
     plan = size_pools(
         CONTEXT.model,
         CONTEXT.gpu,
         CONTEXT.link,
         Workload(rate=rate, isl=ISL, osl=OSL),
-        Slo(ttft=0.6, tpot=tpot, ttft_quantile=0.99),
+        Slo(ttft=0.6, tpot=0.1, ttft_quantile=0.99),
         pools=PoolConfig(step_overhead=5e-3),
     )
     return int(plan.prefill_instances), int(plan.decode_instances)
@@ -68,21 +68,12 @@ def test_floor_comes_from_the_capacity_model() -> None:
     assert counts(decision) == (min(x, 5), min(y, 5))  # 1 → at most 1 + max(4, 100 %) per period
     details = decision.details
     assert details["predicted_ttft_seconds"] <= 0.6
-    assert details["predicted_tpot_seconds"] <= details["decode_step_budget_seconds"] <= 0.1
+    assert details["predicted_tpot_seconds"] <= 0.1
     assert decision.binding == "prefill_ttft_quantile+decode_kv_capacity"
     assert "PrefillBelowModelFloor" in decision.reasons
     assert decision.allow_conversion is True
-    # The floor is the model's own plan at the chosen step budget, and never above its plan at the SLO.
-    assert (x, y) == model_plan(20.0, details["decode_step_budget_seconds"])
-    assert y <= model_plan(20.0)[1] and x <= model_plan(20.0)[0]
-
-
-def test_decode_floor_uses_the_step_budget_that_needs_fewest_gpus() -> None:
-    x, y = floor(20.0)
-    for budget in np.linspace(0.005, 0.1, 40):
-        px, py = model_plan(20.0, float(budget))
-        if py > 0:
-            assert x + y <= px + py
+    # The floor is the model's own plan at the TPOT SLO.
+    assert (x, y) == model_plan(20.0)
 
 
 @pytest.mark.parametrize(

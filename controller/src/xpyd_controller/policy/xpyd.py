@@ -16,7 +16,6 @@ on the last known lengths but never down; a rate of exactly 0 is zero demand and
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -30,8 +29,6 @@ from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
-# Decode step budgets tried, as fractions of the TPOT SLO (see `XpydPolicy._targets`).
-STEP_BUDGET_FRACTIONS = np.linspace(0.05, 1.0, 39)
 # Model predictions copied into `Decision.details` (Plan field names).
 PREDICTIONS = (
     "prefill_load",
@@ -164,9 +161,9 @@ class XpydPolicy:
         return _Demand(rate, isl, osl, isl_std, osl_std, hit_rate, partial)
 
     def _plan(self, demand: _Demand) -> Plan:
-        """Plans for [demand, demand × (1 + tolerance)] × every candidate decode step budget, one call."""
+        """Plans for demand and for demand × (1 + tolerance), in one call."""
         workload = Workload(
-            rate=np.array([[demand.rate], [demand.rate * (1 + self.config.tolerance)]]),
+            rate=np.array([demand.rate, demand.rate * (1 + self.config.tolerance)]),
             isl=demand.isl,
             osl=demand.osl,
             hit_rate=demand.hit_rate,
@@ -174,8 +171,7 @@ class XpydPolicy:
             osl_std=demand.osl_std,
         )
         ctx = self.context
-        slo = dataclasses.replace(self._slo, tpot=ctx.tpot_slo_s * STEP_BUDGET_FRACTIONS)
-        return size_pools(ctx.model, ctx.gpu, ctx.link, workload, slo, pools=self._pools)
+        return size_pools(ctx.model, ctx.gpu, ctx.link, workload, self._slo, pools=self._pools)
 
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
@@ -277,25 +273,21 @@ class XpydPolicy:
     ) -> tuple[tuple[int, int], tuple[int, int], tuple[str, str]]:
         """(floor, scale-down target, binding) per pool, filling `details` with the model's predictions.
 
-        Every candidate step budget t ≤ TPOT SLO is a consistent decode plan (batches capped so a step
-        takes ≤ t, sessions last TTFT + L_out·t); the cheapest one that the model calls feasible wins.
+        One decode plan, at the TPOT SLO: the model caps batches at the SLO and times sessions at the
+        step of that batch, t_step(B_cap). (Trying 39 tighter step budgets per decision picked a cheaper
+        plan in about 1 % of decisions and changed no benchmark result: docs/BENCHMARKS.md, policy
+        variants.)
         """
         if demand.rate == 0:
             reasons.append("ZeroTraffic")
             return (0, 0), (0, 0), ("zero_traffic", "zero_traffic")
         plan = self._plan(demand)
-        gpus = plan.total_gpus + np.where(plan.decode_feasible & plan.prefill_weights_fit, 0, np.inf)
-        # Prefer the loosest budget among equally cheap ones: the most slack below the SLO is kept.
-        picks = [int(len(STEP_BUDGET_FRACTIONS) - 1 - np.argmin(row[::-1])) for row in gpus]
-        at_floor, at_down = (0, picks[0]), (1, picks[1])
+        at_floor, at_down = 0, 1
         floors = (int(plan.prefill_instances[at_floor]), int(plan.decode_instances[at_floor]))
         down = (int(plan.prefill_instances[at_down]), int(plan.decode_instances[at_down]))
         for key in PREDICTIONS:
             details[key] = float(getattr(plan, key)[at_floor])
         details["predicted_tpot_seconds"] = details.pop("decode_step_seconds")
-        details["decode_step_budget_seconds"] = float(
-            self.context.tpot_slo_s * STEP_BUDGET_FRACTIONS[picks[0]]
-        )
         details["prefill_floor"], details["decode_floor"] = float(floors[0]), float(floors[1])
         details["prefill_down_target"], details["decode_down_target"] = float(down[0]), float(down[1])
         if not plan.ttft_feasible[at_floor]:
