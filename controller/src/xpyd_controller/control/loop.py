@@ -19,7 +19,7 @@ from xpyd_api.models import AutoscalingMode, PDDeployment, SpecError, parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.control.pools import pool_states
 from xpyd_controller.control.setup import limits, policy_context
-from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch
+from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch, timestamp
 from xpyd_controller.metrics.observation import build_observation, missing_signals
 from xpyd_controller.metrics.promql import LabelNames, Scope, Signal, build_queries, metrics_for
 from xpyd_controller.policy.context import PolicyContext
@@ -151,7 +151,8 @@ class Controller:
             policy = self._policy(pdd, tracked)
             engine = metrics_for(spec.engine.type)
         except ValueError as error:  # SetupError, PolicyConfigError and the specs' errors are ValueErrors
-            self._report_problem(pdd, tracked, f"cannot configure policy {self.settings.policy!r}: {error}")
+            message = f"cannot configure policy {self.settings.policy!r}: {error}"
+            self._report_problem(pdd, body, tracked, message, now)
             return None
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
         source = self.metrics(spec.autoscaling.prometheus.url)
@@ -186,7 +187,9 @@ class Controller:
             note=note,
         )
         record = self._apply(pdd, tracked, record)
-        self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": _status_patch(body, record)})
+        self.cluster.patch_status(
+            pdd.namespace, pdd.name, {"autoscaler": _replacing(body, render_autoscaler(record))}
+        )
         self.telemetry.record_decision(pdd, record)
         return record
 
@@ -210,8 +213,19 @@ class Controller:
         tracked.desired = desired
         return dataclasses.replace(record, applied=applied)
 
-    def _report_problem(self, pdd: PDDeployment, tracked: _Tracked, message: str) -> None:
+    def _report_problem(
+        self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, message: str, now: float
+    ) -> None:
+        """A spec the policy cannot work with: say so in status and (once) in a Warning Event."""
         logger.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+        status = {
+            "observedGeneration": pdd.generation,
+            "lastDecisionTime": timestamp(now),
+            "mode": str(pdd.spec.autoscaling.mode),
+            "binding": "invalid_setup",
+            "message": message,
+        }
+        self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": _replacing(body, status)})
         if tracked.problem != message:
             self.cluster.post_event(pdd, EVENT_INVALID, message, warning=True)
             tracked.problem = message
@@ -229,7 +243,7 @@ def _desired(decision: Decision, pdd: PDDeployment, bounds: Limits) -> tuple[int
     )
 
 
-def _status_patch(body: dict[str, Any], record: DecisionRecord) -> dict[str, Any]:
+def _replacing(body: dict[str, Any], autoscaler: dict[str, Any]) -> dict[str, Any]:
     """Merge patch for `status.autoscaler` that replaces the previous one whole."""
     current = (body.get("status") or {}).get("autoscaler")
-    return replacing_patch(current if isinstance(current, dict) else None, render_autoscaler(record))
+    return replacing_patch(current if isinstance(current, dict) else None, autoscaler)

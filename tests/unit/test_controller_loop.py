@@ -1,0 +1,263 @@
+"""The decision loop against in-memory fakes of its ports: what it writes, when, and what it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from xpyd_api.models import PDDeployment
+from xpyd_api.names import LABEL_ROLE, LABEL_SERVING
+from xpyd_controller.control.loop import Controller, Settings
+from xpyd_controller.control.status import DecisionRecord
+from xpyd_controller.metrics.promql import Signal
+
+BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one instance per role
+    Signal.ARRIVAL_RATE: 20.0,
+    Signal.INPUT_TOKENS_RATE: 40_000.0,
+    Signal.INPUT_TOKENS_P90: 3000.0,
+    Signal.OUTPUT_REQUESTS_RATE: 20.0,
+    Signal.OUTPUT_TOKENS_RATE: 30_000.0,
+    Signal.OUTPUT_TOKENS_P90: 2000.0,
+    Signal.PREFIX_QUERIES_RATE: 40_000.0,
+    Signal.PREFIX_HITS_RATE: 0.0,
+    Signal.PREFILL_QUEUE: 3.0,
+    Signal.DECODE_RUNNING: 100.0,
+    Signal.DECODE_KV_USAGE: 0.6,
+    Signal.TTFT_P90: 0.3,
+    Signal.TPOT_P90: 0.03,
+}
+IDLE = {signal: 0.0 for signal in Signal} | {
+    signal: None
+    for signal in (Signal.INPUT_TOKENS_P90, Signal.OUTPUT_TOKENS_P90, Signal.TTFT_P90, Signal.TPOT_P90)
+}
+
+
+def pdd(
+    name: str = "web", mode: str = "Auto", prefill: int = 1, decode: int = 1, **extra: Any
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": {"name": "m", "preset": "llama-3.1-8b"},
+        "engine": {"image": "vllm:1"},
+        "router": {"image": "r:1"},
+        "prefill": {"replicas": prefill, "minReplicas": 1, "maxReplicas": 16},
+        "decode": {"replicas": decode, "minReplicas": 1, "maxReplicas": 16},
+        "autoscaling": {"mode": mode, "intervalSeconds": 10, "prometheus": {"url": "http://prom:9090"}},
+    }
+    for key, value in extra.items():
+        spec[key] = {**spec.get(key, {}), **value}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 3},
+        "spec": spec,
+    }
+
+
+def ready_pod(role: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"p-{role}", "labels": {LABEL_ROLE: role, LABEL_SERVING: "true"}},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+class FakeCluster:
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects = {o["metadata"]["name"]: o for o in objects}
+        self.replica_writes: list[tuple[str, int, int]] = []
+        self.events: list[tuple[str, str, str, bool]] = []
+
+    def list_pdds(self) -> list[dict[str, Any]]:
+        return list(self.objects.values())
+
+    def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
+        spec = self.objects[pdd]["spec"]
+        roles = ["prefill"] * spec["prefill"]["replicas"] + ["decode"] * spec["decode"]["replicas"]
+        return [ready_pod(role) for role in roles]
+
+    def patch_replicas(self, namespace: str, name: str, prefill: int, decode: int) -> None:
+        self.replica_writes.append((name, prefill, decode))
+        spec = self.objects[name]["spec"]
+        spec["prefill"]["replicas"], spec["decode"]["replicas"] = prefill, decode
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        current = self.objects[name].setdefault("status", {})
+        _merge(current, status)
+
+    def post_event(self, pdd: PDDeployment, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((pdd.name, reason, message, warning))
+
+    def autoscaler(self, name: str) -> dict[str, Any]:
+        status: dict[str, Any] = self.objects[name]["status"]["autoscaler"]
+        return status
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """RFC 7386 merge patch, as the API server applies it."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping):
+            child = target.get(key)
+            if not isinstance(child, dict):
+                child = target[key] = {}
+            _merge(child, value)
+        else:
+            target[key] = value
+
+
+class FakeMetrics:
+    def __init__(self, answers: Mapping[Signal, float | None], error: str | None = None) -> None:
+        self.answers = dict(answers)
+        self.last_error = error
+        self.asked: list[Mapping[Signal, str]] = []
+
+    def query_all(self, queries: Mapping[Signal, str]) -> dict[Signal, float | None]:
+        self.asked.append(queries)
+        return {signal: self.answers.get(signal) for signal in queries}
+
+
+class FakeTelemetry:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, DecisionRecord]] = []
+
+    def record_decision(self, pdd: PDDeployment, record: DecisionRecord) -> None:
+        self.records.append((pdd.name, record))
+
+
+def controller(cluster: FakeCluster, metrics: FakeMetrics) -> tuple[Controller, FakeTelemetry]:
+    telemetry = FakeTelemetry()
+    urls: list[str] = []
+
+    def source(url: str) -> FakeMetrics:
+        urls.append(url)
+        return metrics
+
+    return Controller(cluster, source, telemetry, Settings(window_s=30)), telemetry
+
+
+def test_auto_scales_up_writes_status_and_posts_an_event() -> None:
+    cluster, metrics = FakeCluster(pdd()), FakeMetrics(BUSY)
+    loop, telemetry = controller(cluster, metrics)
+    [record] = loop.run_pass(1000.0)
+    prefill, decode = record.desired
+    assert prefill > 1 and decode > 1 and record.applied
+    assert cluster.replica_writes == [("web", prefill, decode)]
+    status = cluster.autoscaler("web")
+    assert status["desired"] == {"prefill": prefill, "decode": decode}
+    assert status["mode"] == "Auto" and status["policy"] == "xpyd" and status["applied"] is True
+    assert status["binding"] == record.decision.binding != ""
+    assert "PrefillBelowModelFloor" in status["reasons"] and "DecodeBelowModelFloor" in status["reasons"]
+    assert status["predicted"]["ttftSeconds"] > 0 and status["predicted"]["tpotSeconds"] > 0
+    assert status["inputs"]["arrivalRate"] == 20.0 and status["inputs"]["meanInputTokens"] == 2000.0
+    assert status["inputs"]["prefill"] == {"ready": 1, "starting": 0, "draining": 0}
+    assert status["missingData"] == [] and "message" not in status
+    [event] = cluster.events
+    assert event[1] == "ScaleDecision" and not event[3]
+    assert event[2].startswith(f"setting prefill 1→{prefill}, decode 1→{decode}; binding ")
+    assert "PrefillBelowModelFloor" in event[2]
+    assert telemetry.records == [("web", record)]
+    assert '{namespace="ns",pdd="web",role="prefill"}' in metrics.asked[0][Signal.ARRIVAL_RATE]
+
+
+def test_advisory_writes_status_only() -> None:
+    cluster = FakeCluster(pdd(mode="Advisory"))
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    [record] = loop.run_pass(1000.0)
+    assert not record.applied and cluster.replica_writes == []
+    assert cluster.autoscaler("web")["desired"]["prefill"] > 1
+    assert cluster.events[0][2].startswith("advising prefill 1→")
+
+
+def test_off_is_ignored() -> None:
+    cluster = FakeCluster(pdd(mode="Off"))
+    loop, telemetry = controller(cluster, FakeMetrics(BUSY))
+    assert loop.run_pass(1000.0) == []
+    assert "status" not in cluster.objects["web"] and telemetry.records == []
+
+
+def test_no_metrics_holds_and_says_why_once() -> None:
+    cluster = FakeCluster(pdd(prefill=3, decode=5))
+    loop, _ = controller(cluster, FakeMetrics({}, error="Prometheus at http://prom:9090 unreachable"))
+    for now in (1000.0, 1010.0):
+        [record] = loop.run_pass(now)
+        assert record.desired == (3, 5) and not record.applied
+    assert cluster.replica_writes == []
+    status = cluster.autoscaler("web")
+    assert status["binding"] == "missing_data" and status["reasons"] == ["NoMetricsHold"]
+    assert status["message"] == "Prometheus at http://prom:9090 unreachable"
+    assert status["missingData"] == [str(s) for s in Signal]
+    assert [(e[1], e[3]) for e in cluster.events] == [("MetricsUnavailable", True)]
+
+
+def test_no_series_without_error_names_the_labels() -> None:
+    cluster = FakeCluster(pdd())
+    loop, _ = controller(cluster, FakeMetrics({}))
+    loop.run_pass(1000.0)
+    assert cluster.autoscaler("web")["message"] == "no engine series matched the PDDeployment's labels"
+
+
+def test_zero_traffic_is_data_not_missing() -> None:
+    cluster = FakeCluster(pdd(prefill=2, decode=2, autoscaling={"scaleDownWindowSeconds": 0}))
+    loop, _ = controller(cluster, FakeMetrics(IDLE))
+    [record] = loop.run_pass(1000.0)
+    assert record.decision.binding != "missing_data" and "ZeroTraffic" in record.decision.reasons
+    assert record.desired[0] < 2 or record.desired[1] < 2  # scales down toward the minimum
+
+
+def test_decides_at_each_pdds_interval_and_keeps_its_policy() -> None:
+    cluster = FakeCluster(pdd())
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    assert len(loop.run_pass(1000.0)) == 1
+    policy = loop._tracked["uid-web"].policy
+    assert loop.run_pass(1005.0) == []  # intervalSeconds is 10
+    assert len(loop.run_pass(1010.0)) == 1
+    assert loop._tracked["uid-web"].policy is policy  # replica writes do not reset its windows
+    cluster.objects["web"]["spec"]["slo"] = {"ttftSeconds": 1.5}
+    loop.run_pass(1020.0)
+    assert loop._tracked["uid-web"].policy is not policy  # a new SLO is a new policy
+
+
+def test_event_only_when_desired_changes() -> None:
+    cluster = FakeCluster(pdd())
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    loop.run_pass(1000.0)
+    loop.run_pass(1010.0)
+    assert [e[1] for e in cluster.events].count("ScaleDecision") == 1
+
+
+def test_forgets_deleted_objects() -> None:
+    cluster = FakeCluster(pdd("a"), pdd("b"))
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    assert len(loop.run_pass(1000.0)) == 2
+    del cluster.objects["a"]
+    loop.run_pass(1010.0)
+    assert set(loop._tracked) == {"uid-b"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"model": {"preset": None}}, "spec.model.preset is not set, so spec.model.params"),
+        ({"model": {"preset": "gpt-9"}}, "spec.model.preset = 'gpt-9': unknown preset"),
+        ({"hardware": {"gpu": "tpu"}}, "spec.hardware.gpu = 'tpu': unknown preset"),
+        ({"engine": {"type": "sglang"}}, "spec.engine.type = 'sglang'"),
+    ],
+)
+def test_unusable_spec_is_reported_in_status_and_one_warning(extra: dict[str, Any], message: str) -> None:
+    cluster = FakeCluster(pdd(**extra))
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    assert loop.run_pass(1000.0) == [] and loop.run_pass(1010.0) == []
+    status = cluster.autoscaler("web")
+    assert status["binding"] == "invalid_setup" and message in status["message"]
+    assert [(e[1], e[3]) for e in cluster.events] == [("InvalidAutoscaling", True)]
+    assert cluster.replica_writes == []
+
+
+def test_status_replaces_stale_fields() -> None:
+    cluster = FakeCluster(pdd())
+    cluster.objects["web"]["status"] = {"ready": 1, "autoscaler": {"oldField": 1, "inputs": {"gone": 2}}}
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    loop.run_pass(1000.0)
+    status = cluster.objects["web"]["status"]
+    assert status["ready"] == 1  # the operator's fields are untouched
+    assert "oldField" not in status["autoscaler"] and "gone" not in status["autoscaler"]["inputs"]

@@ -1,0 +1,92 @@
+"""PromQL per signal: the exact strings the controller sends, label names and escaping, rename fallbacks."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from xpyd_api.models import EngineType
+from xpyd_controller.metrics.promql import VLLM, LabelNames, Scope, Signal, build_queries, metrics_for
+
+SCOPE = Scope("serving", "llama", 30)
+P_SEL = '{namespace="serving",pdd="llama",role="prefill"}'
+D_SEL = '{namespace="serving",pdd="llama",role="decode"}'
+
+
+@pytest.mark.parametrize(
+    ("signal", "expected"),
+    [
+        (Signal.ARRIVAL_RATE, f"sum(rate(vllm:request_prompt_tokens_count{P_SEL}[30s]))"),
+        (Signal.INPUT_TOKENS_RATE, f"sum(rate(vllm:request_prompt_tokens_sum{P_SEL}[30s]))"),
+        (
+            Signal.INPUT_TOKENS_P90,
+            f"histogram_quantile(0.9, sum by (le) (rate(vllm:request_prompt_tokens_bucket{P_SEL}[30s])))",
+        ),
+        (Signal.OUTPUT_REQUESTS_RATE, f"sum(rate(vllm:request_generation_tokens_count{D_SEL}[30s]))"),
+        (Signal.OUTPUT_TOKENS_RATE, f"sum(rate(vllm:request_generation_tokens_sum{D_SEL}[30s]))"),
+        (Signal.PREFIX_QUERIES_RATE, f"sum(rate(vllm:prefix_cache_queries_total{P_SEL}[30s]))"),
+        (Signal.PREFIX_HITS_RATE, f"sum(rate(vllm:prefix_cache_hits_total{P_SEL}[30s]))"),
+        (Signal.PREFILL_QUEUE, f"sum(vllm:num_requests_waiting{P_SEL})"),
+        (Signal.DECODE_RUNNING, f"sum(vllm:num_requests_running{D_SEL})"),
+        (
+            Signal.DECODE_KV_USAGE,
+            f"avg(vllm:kv_cache_usage_perc{D_SEL}) or avg(vllm:gpu_cache_usage_perc{D_SEL})",
+        ),
+        (
+            Signal.TTFT_P90,
+            f"histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{D_SEL}[30s])))",
+        ),
+        (
+            Signal.TPOT_P90,
+            f"histogram_quantile(0.9, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{D_SEL}[30s])))"
+            " or "
+            f"histogram_quantile(0.9, sum by (le) (rate(vllm:time_per_output_token_seconds_bucket{D_SEL}[30s])))",
+        ),
+    ],
+)
+def test_vllm_query_per_signal(signal: Signal, expected: str) -> None:
+    assert build_queries(VLLM, SCOPE)[signal] == expected
+
+
+def test_every_signal_has_a_query() -> None:
+    assert set(build_queries(VLLM, SCOPE)) == set(Signal)
+
+
+def test_label_names_are_configurable_and_values_escaped() -> None:
+    scope = Scope('we"ird\\ns', "p", 60.4, LabelNames("kubernetes_namespace", "xpyd_pdd", "xpyd_role"))
+    query = build_queries(VLLM, scope)[Signal.PREFILL_QUEUE]
+    assert (
+        query
+        == 'sum(vllm:num_requests_waiting{kubernetes_namespace="we\\"ird\\\\ns",xpyd_pdd="p",xpyd_role="prefill"})'
+    )
+    assert "[60s]" in build_queries(VLLM, scope)[Signal.ARRIVAL_RATE]
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (dict(namespace=""), "label name for namespace = ''"),
+        (dict(pdd="xpyd.dev/pdd"), "label name for pdd = 'xpyd.dev/pdd'"),
+        (dict(role="1role"), "label name for role = '1role'"),
+    ],
+)
+def test_bad_label_names_are_rejected(labels: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LabelNames(**labels)
+
+
+def test_window_below_one_second_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"rate window = 0.5 s: must be at least 1 s"):
+        Scope("ns", "p", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("engine", "known"), [(EngineType.VLLM, True), (EngineType.CUSTOM, True), (EngineType.SGLANG, False)]
+)
+def test_engine_families(engine: EngineType, known: bool) -> None:
+    if known:
+        assert metrics_for(engine) is VLLM
+    else:
+        with pytest.raises(ValueError, match=re.escape("spec.engine.type = 'sglang'")):
+            metrics_for(engine)
