@@ -21,6 +21,8 @@ MONITORING_APIS = (
 )
 RBAC_ROW = re.compile(r"^\| `([^`]*)` \| `([^`]+)` \| ([a-z, ]+)")
 Rules = dict[tuple[str, str], set[str]]
+# Kopf discovers what it serves from the CRDs, in both watch modes.
+KOPF_CRDS: Rules = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 # The controller's needs as its engineer specified them (pddeployments, their status, pods, events).
 CONTROLLER_RULES: Rules = {
     ("xpyd.dev", "pddeployments"): {"get", "list", "watch", "patch"},
@@ -119,7 +121,7 @@ def test_all_namespaces_binds_cluster_roles_with_the_documented_verbs() -> None:
     assert _rules(operator_role) == _documented_rules("operator.md")
     assert _rules(controller_role) == CONTROLLER_RULES
     (discovery,) = _named(objects, "ClusterRole", "rel-xpyd-operator-discovery")
-    assert _rules(discovery) == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+    assert _rules(discovery) == KOPF_CRDS
     for name in ("rel-xpyd-operator", "rel-xpyd-operator-discovery", "rel-xpyd-controller"):
         (binding,) = _named(objects, "ClusterRoleBinding", name)
         assert binding["roleRef"] == {
@@ -152,6 +154,8 @@ def test_namespaced_mode_grants_roles_only_in_the_watched_namespaces() -> None:
             "--namespace=team-a",
             "--namespace=team-b",
         ]
+    (discovery,) = _named(objects, "ClusterRole", "rel-xpyd-operator-discovery")
+    assert _rules(discovery) == {**KOPF_CRDS, ("", "namespaces"): {"list", "watch"}}
     (lease_role,) = _named(objects, "Role", "rel-xpyd-controller-leader-election")
     assert lease_role["metadata"]["namespace"] == "xpyd-system"
     assert _rules(lease_role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}

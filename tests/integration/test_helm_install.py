@@ -1,0 +1,184 @@
+"""The chart on the real local cluster: install, RBAC proven by the real operator, uninstall.
+
+The operator runs here as a subprocess (kwok pods run nothing) with exactly the command and arguments the
+installed Deployment carries, authenticated with a token of the chart's operator ServiceAccount: a verb
+missing from the chart's RBAC leaves the sample PDDeployment un-Ready and fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import free_port, wait_until
+from tests.helm_chart import CHART_DIR, helm
+from tests.integration.pdd import FAST_SETTINGS, get_json, wait_ready
+
+from xpyd_api.names import GROUP, PLURAL
+from xpyd_operator.testing import OperatorProcess
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "crds" / "samples" / "minimal.yaml"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+RELEASE_KINDS = "deployment,replicaset,pod,service,serviceaccount,role,rolebinding"
+
+
+@pytest.fixture
+def workload_namespace(kube_cluster: LocalCluster) -> Iterator[str]:
+    """A second namespace for the PDDeployment, so the grants are proven across namespaces."""
+    name = f"w-{uuid.uuid4().hex[:10]}"
+    kube_cluster.kubectl("create", "namespace", name)
+    yield name
+    kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def _can(cluster: LocalCluster, service_account: str, namespace: str, verb: str, resource: str) -> bool:
+    """`kubectl auth can-i` as a ServiceAccount; `resource` may carry a subresource after a slash."""
+    resource, _, subresource = resource.partition("/")
+    args = ["auth", "can-i", verb, resource, "-n", namespace, f"--as=system:serviceaccount:{service_account}"]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    return cluster.kubectl(*args, check=False).stdout.strip() == "yes"
+
+
+def _service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig for this cluster whose only credential is a fresh token of the ServiceAccount."""
+    token = cluster.kubectl("create", "token", name, "-n", namespace, "--duration=15m").stdout.strip()
+    config = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    config["users"][0]["user"] = {"token": token}
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _chart_operator(cluster: LocalCluster, namespace: str, name: str, tmp_path: Path) -> OperatorProcess:
+    """The installed operator Deployment's command and arguments, run here as its ServiceAccount."""
+    deployment = get_json(cluster, "deployment", name, "-n", namespace)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:1] == ["python"]
+    kubeconfig = _service_account_kubeconfig(cluster, namespace, name, tmp_path / "operator-kubeconfig.json")
+    process = OperatorProcess(
+        {**cluster.env(), "KUBECONFIG": str(kubeconfig)}, tmp_path / "operator.log", (), FAST_SETTINGS
+    )
+    process.argv = [sys.executable, *container["command"][1:], *container["args"]]
+    return process
+
+
+def _release_objects(cluster: LocalCluster, release: str) -> list[str]:
+    selector = f"app.kubernetes.io/instance={release}"
+    namespaced = cluster.kubectl("get", RELEASE_KINDS, "-A", "-l", selector, "-o", "name").stdout.split()
+    cluster_wide = cluster.kubectl(
+        "get", "clusterrole,clusterrolebinding", "-l", selector, "-o", "name"
+    ).stdout.split()
+    return namespaced + cluster_wide
+
+
+def _assert_installed(cluster: LocalCluster, namespace: str, release: str, roles_in: list[str]) -> None:
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    assert cluster.kubectl("get", "crd", CRD_NAME, "-o", f"jsonpath={established}").stdout == "True"
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}")["items"]
+    components = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
+    assert components == ["controller", "operator"]
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running"
+        assert pod["spec"]["nodeName"] in cluster.nodes
+        assert (
+            pod["spec"]["serviceAccountName"]
+            == f"{release}-xpyd-{pod['metadata']['labels']['app.kubernetes.io/component']}"
+        )
+    for component in ("operator", "controller"):
+        cluster.kubectl("get", "serviceaccount", f"{release}-xpyd-{component}", "-n", namespace)
+        for role_namespace in roles_in:
+            kinds = "role,rolebinding" if role_namespace else "clusterrole,clusterrolebinding"
+            scope = ["-n", role_namespace] if role_namespace else []
+            cluster.kubectl("get", kinds, f"{release}-xpyd-{component}", *scope)
+
+
+def _assert_controller_grants(
+    cluster: LocalCluster, namespace: str, release: str, workload: str, unwatched_allowed: bool
+) -> None:
+    account = f"{namespace}:{release}-xpyd-controller"
+    expected = {
+        (workload, "get", "pddeployments.xpyd.dev"): True,
+        (workload, "watch", "pddeployments.xpyd.dev"): True,
+        (workload, "patch", "pddeployments.xpyd.dev"): True,
+        (workload, "patch", "pddeployments.xpyd.dev/status"): True,
+        (workload, "list", "pods"): True,
+        (workload, "watch", "pods"): True,
+        (workload, "create", "events"): True,
+        (namespace, "get", "leases.coordination.k8s.io"): True,
+        (namespace, "create", "leases.coordination.k8s.io"): True,
+        (namespace, "update", "leases.coordination.k8s.io"): True,
+        (workload, "update", "leases.coordination.k8s.io"): False,
+        (workload, "delete", "pods"): False,
+        (workload, "create", "pddeployments.xpyd.dev"): False,
+        (workload, "get", "secrets"): False,
+        ("default", "list", "pddeployments.xpyd.dev"): unwatched_allowed,
+    }
+    actual = {key: _can(cluster, account, *key) for key in expected}
+    assert actual == expected
+
+
+@pytest.mark.parametrize("mode", ["AllNamespaces", "Namespaces"])
+def test_helm_install_rbac_and_uninstall(
+    kube_cluster: LocalCluster, namespace: str, workload_namespace: str, tmp_path: Path, mode: str
+) -> None:
+    release = f"x{uuid.uuid4().hex[:6]}"
+    watched = [workload_namespace] if mode == "Namespaces" else []
+    values: dict[str, Any] = {
+        "watch": {"mode": mode, "namespaces": watched},
+        "operator": {"healthPort": free_port()},  # the subprocess below serves Kopf's liveness on this host
+    }
+    env = kube_cluster.env()
+    # Negative control: RBAC is enforced, so an account without grants is refused.
+    assert not _can(kube_cluster, f"{namespace}:nobody", workload_namespace, "get", "pods")
+
+    installed = helm(
+        "install",
+        release,
+        str(CHART_DIR),
+        "-n",
+        namespace,
+        "--wait",
+        "--timeout=120s",
+        values=values,
+        env=env,
+    )
+    try:
+        assert installed.returncode == 0, installed.stderr
+        assert "kubectl get pdd" in installed.stdout  # NOTES.txt
+        _assert_installed(kube_cluster, namespace, release, watched or [""])
+        _assert_controller_grants(
+            kube_cluster, namespace, release, workload_namespace, unwatched_allowed=not watched
+        )
+        assert not _can(
+            kube_cluster,
+            f"{namespace}:{release}-xpyd-operator",
+            workload_namespace,
+            "delete",
+            "pddeployments.xpyd.dev",
+        )
+
+        with _chart_operator(kube_cluster, namespace, f"{release}-xpyd-operator", tmp_path) as operator:
+            kube_cluster.kubectl("apply", "-n", workload_namespace, "-f", str(SAMPLE))
+            try:
+                pdd = wait_ready(kube_cluster, workload_namespace, "minimal", timeout=60)
+            except TimeoutError:
+                print(operator.log_tail(80), file=sys.stderr)
+                raise
+            assert pdd["status"]["prefill"]["ready"] == 1 and pdd["status"]["decode"]["ready"] == 1
+            assert "Forbidden" not in operator.log_tail(400)
+            # Deleted while the operator still runs, so Kopf's finalizer is removed.
+            kube_cluster.kubectl("delete", "pdd", "minimal", "-n", workload_namespace, "--timeout=60s")
+    finally:
+        uninstalled = helm("uninstall", release, "-n", namespace, "--wait", "--timeout=60s", env=env)
+    assert uninstalled.returncode == 0, uninstalled.stderr
+    wait_until(lambda: not _release_objects(kube_cluster, release), 60, f"release {release} to leave nothing")
+    kube_cluster.kubectl("get", "crd", CRD_NAME)  # Helm keeps CRDs
