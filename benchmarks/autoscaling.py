@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bench_docs import replace_section
 from xpyd_controller.policy.types import Limits
@@ -34,6 +35,7 @@ from xpyd_controller.sim.seed import SEED_GPUS, SEED_HARDWARE, SEED_SLO
 from xpyd_controller.sim.stats import mean_confidence_interval
 from xpyd_controller.sim.traces import Trace
 
+JobT = TypeVar("JobT")
 EXPECTED_POLICIES = ("static", "threshold", "dynamo", "xpyd", "oracle-static", "oracle-window")
 SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
 MODEL_VS_SIM = "### Capacity model vs simulator"
@@ -101,6 +103,20 @@ def run_one(job: tuple[str, Scenario, str, int, float]) -> Outcome:
     if scenario.step_at_s is not None:
         metrics["recovery_s"] = recovery_time_s(result, scenario.step_at_s)
     return Outcome(key, policy_name, seed, metrics, time.perf_counter() - started)
+
+
+def run_all(runner: Callable[[JobT], Outcome], jobs: list[JobT], workers: int) -> list[Outcome]:
+    """Every job's outcome, in order, on `workers` processes; one progress line per outcome as it lands."""
+    outcomes = []
+    with ProcessPoolExecutor(max(workers, 1)) as pool:
+        for outcome in (pool.map if workers > 1 else map)(runner, jobs):
+            outcomes.append(outcome)
+            print(
+                f"{outcome.scenario:22} {outcome.policy:48} seed {outcome.seed}: {outcome.wall_s:6.1f} s "
+                f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
+                flush=True,
+            )
+    return outcomes
 
 
 def summarise(outcomes: list[Outcome], key: str, policy: str, metric: str) -> tuple[float, float]:
@@ -206,26 +222,7 @@ def main() -> int:
         for policy in policies
     ]
     started = time.perf_counter()
-    outcomes: list[Outcome] = []
-    runner: Callable[[tuple[str, Scenario, str, int, float]], Outcome] = run_one
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            for outcome in pool.map(runner, jobs):
-                outcomes.append(outcome)
-                print(
-                    f"{outcome.scenario:8} {outcome.policy:14} seed {outcome.seed}: {outcome.wall_s:6.1f} s "
-                    f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
-                    flush=True,
-                )
-    else:
-        for job in jobs:
-            outcome = runner(job)
-            outcomes.append(outcome)
-            print(
-                f"{outcome.scenario:8} {outcome.policy:14} seed {outcome.seed}: {outcome.wall_s:6.1f} s "
-                f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
-                flush=True,
-            )
+    outcomes = run_all(run_one, jobs, args.jobs)
     text = markdown(outcomes, table, policies, args, time.perf_counter() - started)
     print(text)
     if args.write:

@@ -19,9 +19,8 @@ import dataclasses
 import platform
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 
-from autoscaling import METRICS, SECTION, Outcome, cell, summarise
+from autoscaling import METRICS, SECTION, Outcome, cell, run_all, summarise
 from bench_docs import replace_section
 from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.policies import build_policy
@@ -91,15 +90,7 @@ def main() -> int:
     args = parser.parse_args()
     jobs = [(label, seed, args.hours) for seed in range(1, args.seeds + 1) for label in VARIANTS]
     started = time.perf_counter()
-    outcomes: list[Outcome] = []
-    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for outcome in (pool.map if args.jobs > 1 else map)(run_variant, jobs):
-            outcomes.append(outcome)
-            print(
-                f"{outcome.policy:20} seed {outcome.seed}: {outcome.wall_s:5.1f} s goodput "
-                f"{outcome.metrics['goodput']:.4f} conversions {outcome.metrics['conversions']:.0f}",
-                flush=True,
-            )
+    outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
     print(text)
     if args.write:

@@ -21,9 +21,8 @@ import platform
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 
-from autoscaling import METRICS, SECTION, Outcome, build_trace, cell, summarise
+from autoscaling import METRICS, SECTION, Outcome, build_trace, cell, run_all, summarise
 from bench_docs import replace_section
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy
@@ -131,15 +130,7 @@ def main() -> int:
         for label in VARIANTS
     ]
     started = time.perf_counter()
-    outcomes: list[Outcome] = []
-    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for outcome in (pool.map if args.jobs > 1 else map)(run_variant, jobs):
-            outcomes.append(outcome)
-            print(
-                f"{outcome.scenario:22} {outcome.policy:48} seed {outcome.seed}: {outcome.wall_s:5.1f} s "
-                f"goodput {outcome.metrics['goodput']:.4f} GPU-h {outcome.metrics['gpu_hours']:.1f}",
-                flush=True,
-            )
+    outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
     print(text)
     if args.write:
