@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import free_port, wait_until
 from tests.helm_chart import CHART_DIR, helm
-from tests.integration.pdd import FAST_SETTINGS, get_json, wait_ready
+from tests.integration.pdd import FAST_SETTINGS, apply, get_json, wait_ready
 
 from xpyd_api.names import GROUP, PLURAL
 from xpyd_operator.testing import OperatorProcess
@@ -29,15 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "crds" / "samples" / "minimal.yaml"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 RELEASE_KINDS = "deployment,replicaset,pod,service,serviceaccount,role,rolebinding"
-
-
-@pytest.fixture
-def workload_namespace(kube_cluster: LocalCluster) -> Iterator[str]:
-    """A second namespace for the PDDeployment, so the grants are proven across namespaces."""
-    name = f"w-{uuid.uuid4().hex[:10]}"
-    kube_cluster.kubectl("create", "namespace", name)
-    yield name
-    kube_cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def _can(cluster: LocalCluster, service_account: str, namespace: str, verb: str, resource: str) -> bool:
@@ -58,16 +49,20 @@ def _service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str
     return path
 
 
-def _chart_operator(cluster: LocalCluster, namespace: str, name: str, tmp_path: Path) -> OperatorProcess:
-    """The installed operator Deployment's command and arguments, run here as its ServiceAccount."""
+def _as_chart_runs_it(cluster: LocalCluster, namespace: str, name: str, tmp_path: Path) -> OperatorProcess:
+    """The installed Deployment `name`'s command and arguments, run here as its ServiceAccount.
+
+    `python` is this interpreter and `xpyd` the console script next to it, both from this checkout.
+    """
     deployment = get_json(cluster, "deployment", name, "-n", namespace)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][:1] == ["python"]
-    kubeconfig = _service_account_kubeconfig(cluster, namespace, name, tmp_path / "operator-kubeconfig.json")
-    process = OperatorProcess(
-        {**cluster.env(), "KUBECONFIG": str(kubeconfig)}, tmp_path / "operator.log", (), FAST_SETTINGS
-    )
-    process.argv = [sys.executable, *container["command"][1:], *container["args"]]
+    program, *rest = container["command"]
+    executable = sys.executable if program == "python" else str(Path(sys.executable).with_name(program))
+    kubeconfig = _service_account_kubeconfig(cluster, namespace, name, tmp_path / f"{name}-kubeconfig.json")
+    # POD_NAMESPACE: what the chart's downward-API env gives the pod (the controller's Lease namespace).
+    env = {**cluster.env(), "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": namespace}
+    process = OperatorProcess(env, tmp_path / f"{name}.log", (), FAST_SETTINGS)
+    process.argv = [executable, *rest, *container["args"]]
     return process
 
 
@@ -126,26 +121,46 @@ def _assert_controller_grants(
     assert actual == expected
 
 
+def _advisory_sample(dead_prometheus: str) -> dict[str, Any]:
+    """crds/samples/minimal.yaml with the controller in Advisory mode against a Prometheus that is down:
+    the controller still lists it, records "no data" in status.autoscaler and holds the sizes."""
+    sample: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())
+    sample["spec"]["autoscaling"] = {
+        "mode": "Advisory",
+        "intervalSeconds": 1,
+        "prometheus": {"url": dead_prometheus},
+    }
+    return sample
+
+
+def _has_autoscaler_status(cluster: LocalCluster, namespace: str) -> bool:
+    return bool((get_json(cluster, "pdd", "minimal", "-n", namespace).get("status") or {}).get("autoscaler"))
+
+
 @pytest.mark.parametrize("mode", ["AllNamespaces", "Namespaces"])
 def test_helm_install_rbac_and_uninstall(
-    kube_cluster: LocalCluster, namespace: str, workload_namespace: str, tmp_path: Path, mode: str
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, mode: str
 ) -> None:
+    """Release in its own namespace (created by helm), the PDDeployment in the test's namespace."""
     release = f"x{uuid.uuid4().hex[:6]}"
-    watched = [workload_namespace] if mode == "Namespaces" else []
-    values: dict[str, Any] = {
+    release_ns = f"xpyd-{release}"
+    watched = [namespace] if mode == "Namespaces" else []
+    values: dict[str, Any] = {  # the processes below serve their ports on this host
         "watch": {"mode": mode, "namespaces": watched},
-        "operator": {"healthPort": free_port()},  # the subprocess below serves Kopf's liveness on this host
+        "operator": {"healthPort": free_port()},
+        "controller": {"metricsPort": free_port()},
     }
     env = kube_cluster.env()
     # Negative control: RBAC is enforced, so an account without grants is refused.
-    assert not _can(kube_cluster, f"{namespace}:nobody", workload_namespace, "get", "pods")
+    assert not _can(kube_cluster, f"{namespace}:nobody", namespace, "get", "pods")
 
     installed = helm(
         "install",
         release,
         str(CHART_DIR),
         "-n",
-        namespace,
+        release_ns,
+        "--create-namespace",
         "--wait",
         "--timeout=120s",
         values=values,
@@ -154,31 +169,34 @@ def test_helm_install_rbac_and_uninstall(
     try:
         assert installed.returncode == 0, installed.stderr
         assert "kubectl get pdd" in installed.stdout  # NOTES.txt
-        _assert_installed(kube_cluster, namespace, release, watched or [""])
-        _assert_controller_grants(
-            kube_cluster, namespace, release, workload_namespace, unwatched_allowed=not watched
-        )
-        assert not _can(
-            kube_cluster,
-            f"{namespace}:{release}-xpyd-operator",
-            workload_namespace,
-            "delete",
-            "pddeployments.xpyd.dev",
-        )
+        _assert_installed(kube_cluster, release_ns, release, watched or [""])
+        _assert_controller_grants(kube_cluster, release_ns, release, namespace, unwatched_allowed=not watched)
+        operator_account = f"{release_ns}:{release}-xpyd-operator"
+        assert not _can(kube_cluster, operator_account, namespace, "delete", "pddeployments.xpyd.dev")
 
-        with _chart_operator(kube_cluster, namespace, f"{release}-xpyd-operator", tmp_path) as operator:
-            kube_cluster.kubectl("apply", "-n", workload_namespace, "-f", str(SAMPLE))
+        operator = _as_chart_runs_it(kube_cluster, release_ns, f"{release}-xpyd-operator", tmp_path)
+        controller = _as_chart_runs_it(kube_cluster, release_ns, f"{release}-xpyd-controller", tmp_path)
+        with operator, controller:
+            apply(kube_cluster, namespace, _advisory_sample(f"http://127.0.0.1:{free_port()}"))
             try:
-                pdd = wait_ready(kube_cluster, workload_namespace, "minimal", timeout=60)
-            except TimeoutError:
-                print(operator.log_tail(80), file=sys.stderr)
-                raise
+                pdd = wait_ready(kube_cluster, namespace, "minimal", timeout=60)
+                wait_until(lambda: _has_autoscaler_status(kube_cluster, namespace), 30, "status.autoscaler")
+            finally:
+                logs = {"operator": operator.log_tail(400), "controller": controller.log_tail(400)}
+                print(
+                    "\n".join(f"--- {name} log ---\n{text}" for name, text in logs.items()), file=sys.stderr
+                )
             assert pdd["status"]["prefill"]["ready"] == 1 and pdd["status"]["decode"]["ready"] == 1
-            assert "Forbidden" not in operator.log_tail(400)
+            lease = get_json(kube_cluster, "lease", "xpyd-controller", "-n", release_ns)
+            assert lease["spec"]["holderIdentity"]
+            assert not [name for name, text in logs.items() if "forbidden" in text.lower()]
             # Deleted while the operator still runs, so Kopf's finalizer is removed.
-            kube_cluster.kubectl("delete", "pdd", "minimal", "-n", workload_namespace, "--timeout=60s")
+            kube_cluster.kubectl("delete", "pdd", "minimal", "-n", namespace, "--timeout=60s")
     finally:
-        uninstalled = helm("uninstall", release, "-n", namespace, "--wait", "--timeout=60s", env=env)
+        uninstalled = helm("uninstall", release, "-n", release_ns, "--wait", "--timeout=60s", env=env)
+        kube_cluster.kubectl(
+            "delete", "namespace", release_ns, "--wait=false", "--ignore-not-found", check=False
+        )
     assert uninstalled.returncode == 0, uninstalled.stderr
     wait_until(lambda: not _release_objects(kube_cluster, release), 60, f"release {release} to leave nothing")
     kube_cluster.kubectl("get", "crd", CRD_NAME)  # Helm keeps CRDs

@@ -194,14 +194,25 @@ def test_operator_flags_and_settings(settings: dict[str, Any], log_level: str, f
     }
 
 
-def test_controller_flags() -> None:
-    container = _container(render({"controller": {"metricsPort": 9400}}), "controller")
+@pytest.mark.parametrize(
+    ("values", "args"),
+    [
+        ({}, ["--all-namespaces", "--metrics-port=9400", "--log-level=INFO", "--leader-elect"]),
+        (
+            {"metricsPort": 9500, "logLevel": "debug", "leaderElection": False},
+            ["--all-namespaces", "--metrics-port=9500", "--log-level=DEBUG", "--no-leader-elect"],
+        ),
+    ],
+)
+def test_controller_flags_and_metrics_service(values: dict[str, Any], args: list[str]) -> None:
+    objects = render({"controller": values})
+    container = _container(objects, "controller")
     assert container["command"] == ["xpyd", "controller"]
-    assert container["args"] == ["--all-namespaces", "--metrics-port=9400", "--leader-elect"]
-    (service,) = _named(
-        render({"controller": {"metricsPort": 9400}}), "Service", "rel-xpyd-controller-metrics"
-    )
-    assert service["spec"]["ports"][0]["port"] == 9400
+    assert container["args"] == args
+    port = values.get("metricsPort", 9400)
+    assert container["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+    (service,) = _named(objects, "Service", "rel-xpyd-controller-metrics")
+    assert service["spec"]["ports"][0]["port"] == port
 
 
 @pytest.mark.parametrize("component", ["operator", "controller"])
