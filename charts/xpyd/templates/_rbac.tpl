@@ -39,10 +39,12 @@
 {{/*
 One component's namespaced rules, bound where it watches: a ClusterRole + ClusterRoleBinding in mode
 AllNamespaces, a Role + RoleBinding in each watched namespace otherwise. Arguments: root, component, rules.
+Every object starts with its own document separator.
 */}}
 {{- define "xpyd.scopedRbac" -}}
 {{- $name := include "xpyd.componentName" . }}
 {{- if eq .root.Values.watch.mode "AllNamespaces" }}
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
