@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import yaml
 from tests.helm_chart import CHART_DIR, ROOT, STANDARD_LABELS, helm, render, template
 
 from xpyd_api.names import COMPONENT_INSTANCE, LABEL_COMPONENT, LABEL_PDD, LABEL_ROLE
@@ -106,6 +107,7 @@ def test_helm_lint_is_clean() -> None:
     ],
 )
 def test_rendered_kinds(values: dict[str, Any], kinds: dict[str, int]) -> None:
+    assert None not in yaml.safe_load_all(template(values).stdout), "an empty YAML document"
     objects = render(values)
     assert Counter(o["kind"] for o in objects) == kinds
     for obj in objects:
