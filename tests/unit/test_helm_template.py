@@ -286,6 +286,10 @@ def test_pod_monitor_scrapes_instances_with_pdd_and_role_labels(
     (service_monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
     (service,) = _named(objects, "Service", "rel-xpyd-controller-metrics")
     assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    # The controller labels its series with the PDDeployment's namespace: the target's must not replace it.
+    assert service_monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}
+    ]
 
 
 @pytest.mark.parametrize(
