@@ -9,10 +9,18 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.metrics_core import Metric
 from tests.helm_chart import CHART_DIR, ROOT, default_values, leaf_values, value_comments
+
+from xpyd_controller.metrics.promql import VLLM
+from xpyd_controller.telemetry import PrometheusTelemetry
 
 DOCS_PATH = ROOT / "docs" / "helm.md"
 TABLE_ROW = re.compile(r"^\| `([^`]+)` \| `(.*)` \| (.*) \|$")
+DASHBOARD_PATH = CHART_DIR / "dashboards" / "xpyd.json"
+# A series name is followed by its selector, a range or the closing of a call; grouping labels are cut first.
+SERIES_NAME = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)[{\[)]")
+GROUPING = re.compile(r"\bby \([^)]*\)")
 
 
 def _schema() -> dict[str, Any]:
@@ -70,7 +78,17 @@ def test_the_schema_describes_exactly_the_values() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["", "image", "watch", "operator", "operator.settings", "controller", "monitoring"]
+    "path",
+    [
+        "",
+        "image",
+        "watch",
+        "operator",
+        "operator.settings",
+        "controller",
+        "monitoring",
+        "monitoring.dashboard",
+    ],
 )
 def test_schema_objects_reject_unknown_keys(path: str) -> None:
     node = _schema()
@@ -83,3 +101,31 @@ def test_docs_table_lists_every_value_with_its_default_and_comment() -> None:
     comments = value_comments()
     expected = {key: (json.dumps(value), comments[key]) for key, value in leaf_values(default_values())}
     assert _documented_rows() == expected
+
+
+def _exposed_names(family: Metric) -> set[str]:
+    """The series names a prometheus-client metric family is scraped as."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    return {family.name + suffix for suffix in suffixes[family.type]}
+
+
+def _engine_series() -> set[str]:
+    names = {name for alternatives in vars(VLLM).values() for name in alternatives}
+    return {name + suffix for name in names for suffix in ("", "_bucket", "_sum", "_count")}
+
+
+def _dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD_PATH.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def test_the_dashboard_queries_only_series_that_exist() -> None:
+    """Controller series as its /metrics exposes them, engine series the controller reads, and `up`."""
+    controller = {
+        name for family in PrometheusTelemetry().registry.collect() for name in _exposed_names(family)
+    }
+    known = controller | _engine_series() | {"up"}
+    queried = {name for expr in _dashboard_exprs() for name in SERIES_NAME.findall(GROUPING.sub("", expr))}
+    assert queried, "no series found in the dashboard"
+    assert queried - known == set()
+    assert {"xpyd_controller_desired_replicas", "xpyd_controller_decisions_total"} <= queried

@@ -265,6 +265,18 @@ def test_monitors_need_the_values_and_the_api(extra: tuple[str, ...], kinds: lis
     ]
 
 
+@pytest.mark.parametrize(("namespace", "expected"), [("", "xpyd-system"), ("monitoring", "monitoring")])
+def test_dashboard_config_map_carries_the_dashboard_file(namespace: str, expected: str) -> None:
+    assert not [o for o in render({}) if o["kind"] == "ConfigMap"]
+    dashboard = {"enabled": True, "namespace": namespace}
+    (config_map,) = [o for o in render({"monitoring": {"dashboard": dashboard}}) if o["kind"] == "ConfigMap"]
+    assert config_map["metadata"]["namespace"] == expected
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["data"] == {
+        "xpyd.json": (CHART_DIR / "dashboards" / "xpyd.json").read_text().rstrip("\n")
+    }
+
+
 def _prometheus_label(pod_label: str) -> str:
     """How Prometheus' Kubernetes discovery names a pod label: __meta_kubernetes_pod_label_<sanitised>."""
     return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
