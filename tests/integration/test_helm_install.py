@@ -28,6 +28,7 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "crds" / "samples" / "minimal.yaml"
 CRD_NAME = f"{PLURAL}.{GROUP}"
+ROUTER_ACCOUNT = "xpyd-router"
 RELEASE_KINDS = "deployment,replicaset,pod,service,serviceaccount,role,rolebinding"
 
 
@@ -123,13 +124,15 @@ def _assert_controller_grants(
 
 def _advisory_sample(dead_prometheus: str) -> dict[str, Any]:
     """crds/samples/minimal.yaml with the controller in Advisory mode against a Prometheus that is down:
-    the controller still lists it, records "no data" in status.autoscaler and holds the sizes."""
+    the controller still lists it, records "no data" in status.autoscaler and holds the sizes. The router
+    runs as the chart's router account."""
     sample: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())
     sample["spec"]["autoscaling"] = {
         "mode": "Advisory",
         "intervalSeconds": 1,
         "prometheus": {"url": dead_prometheus},
     }
+    sample["spec"]["router"]["serviceAccountName"] = ROUTER_ACCOUNT
     return sample
 
 
@@ -149,6 +152,7 @@ def test_helm_install_rbac_and_uninstall(
         "watch": {"mode": mode, "namespaces": watched},
         "operator": {"healthPort": free_port()},
         "controller": {"metricsPort": free_port()},
+        "routerAccess": {"enabled": True, "namespaces": [] if watched else [namespace]},
     }
     env = kube_cluster.env()
     # Negative control: RBAC is enforced, so an account without grants is refused.
@@ -173,6 +177,16 @@ def test_helm_install_rbac_and_uninstall(
         _assert_controller_grants(kube_cluster, release_ns, release, namespace, unwatched_allowed=not watched)
         operator_account = f"{release_ns}:{release}-xpyd-operator"
         assert not _can(kube_cluster, operator_account, namespace, "delete", "pddeployments.xpyd.dev")
+        # The routers' account may discover pods in its own namespace, and nothing more.
+        router_expected = {
+            (namespace, "list"): True,
+            (namespace, "watch"): True,
+            (namespace, "delete"): False,
+        }
+        router_expected[("default", "list")] = False
+        router_account = f"{namespace}:{ROUTER_ACCOUNT}"
+        router_actual = {key: _can(kube_cluster, router_account, *key, "pods") for key in router_expected}
+        assert router_actual == router_expected
 
         operator = _as_chart_runs_it(kube_cluster, release_ns, f"{release}-xpyd-operator", tmp_path)
         controller = _as_chart_runs_it(kube_cluster, release_ns, f"{release}-xpyd-controller", tmp_path)
@@ -187,6 +201,8 @@ def test_helm_install_rbac_and_uninstall(
                     "\n".join(f"--- {name} log ---\n{text}" for name, text in logs.items()), file=sys.stderr
                 )
             assert pdd["status"]["prefill"]["ready"] == 1 and pdd["status"]["decode"]["ready"] == 1
+            router = get_json(kube_cluster, "deployment", "minimal-router", "-n", namespace)
+            assert router["spec"]["template"]["spec"]["serviceAccountName"] == ROUTER_ACCOUNT
             lease = get_json(kube_cluster, "lease", "xpyd-controller", "-n", release_ns)
             assert lease["spec"]["holderIdentity"]
             assert not [name for name, text in logs.items() if "forbidden" in text.lower()]

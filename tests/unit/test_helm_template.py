@@ -265,6 +265,35 @@ def test_monitors_need_the_values_and_the_api(extra: tuple[str, ...], kinds: lis
     ]
 
 
+@pytest.mark.parametrize(
+    ("values", "namespaces"),
+    [
+        ({"watch": {"mode": "Namespaces"}}, ["xpyd-system"]),
+        (NAMESPACED, ["team-a", "team-b"]),
+        ({"routerAccess": {"namespaces": ["edge"]}}, ["edge"]),
+        ({**NAMESPACED, "routerAccess": {"namespaces": ["edge"]}}, ["edge"]),
+    ],
+)
+def test_router_access_in_each_namespace(values: dict[str, Any], namespaces: list[str]) -> None:
+    access = {"enabled": True, "serviceAccountName": "router-sa", **values.get("routerAccess", {})}
+    objects = render({**values, "routerAccess": access})
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        assert sorted(o["metadata"]["namespace"] for o in _named(objects, kind, "router-sa")) == namespaces
+    for role in _named(objects, "Role", "router-sa"):
+        assert _rules(role) == {("", "pods"): {"get", "list", "watch"}}
+    for binding in _named(objects, "RoleBinding", "router-sa"):
+        namespace = binding["metadata"]["namespace"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "router-sa", "namespace": namespace}
+        ]
+
+
+def test_router_access_needs_namespaces_when_watching_all() -> None:
+    result = template({"routerAccess": {"enabled": True}})
+    assert result.returncode != 0
+    assert "routerAccess.namespaces is empty: with watch.mode AllNamespaces" in result.stderr
+
+
 @pytest.mark.parametrize(("namespace", "expected"), [("", "xpyd-system"), ("monitoring", "monitoring")])
 def test_dashboard_config_map_carries_the_dashboard_file(namespace: str, expected: str) -> None:
     assert not [o for o in render({}) if o["kind"] == "ConfigMap"]
