@@ -1,0 +1,201 @@
+"""The controller against a real Prometheus and the real local cluster, run as a real subprocess.
+
+Loopback exporters serve vLLM-named metrics at known rates; Prometheus scrapes them with the namespace,
+pdd and role labels a PodMonitor's relabelling would attach. The operator runs too, so the replicas the
+controller writes become instance pods that the controller then counts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e.harness import PrometheusServer
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import free_port, kill_pid, wait_until
+from tests.integration.controller import (
+    ControllerProcess,
+    Traffic,
+    engine_exporter,
+    labelled_scrape_config,
+    scrape,
+)
+from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.usefixtures("pdd_crd")]
+
+ControllerFactory = Callable[..., ControllerProcess]
+
+
+@pytest.fixture
+def start_controller(
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> Iterator[ControllerFactory]:
+    """Starts controller processes for this test's namespace; every one is stopped at teardown."""
+    started: list[ControllerProcess] = []
+
+    def start(*extra: str, name: str = "controller") -> ControllerProcess:
+        args = [
+            "--namespace",
+            namespace,
+            "--tick",
+            "0.5",
+            "--rate-window",
+            "10",
+            "--log-level",
+            "DEBUG",
+            *extra,
+        ]
+        process = ControllerProcess(kube_cluster.env(), tmp_path / f"{name}.log", args)
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        print(f"--- {process.log_path.name} ---\n{process.log_tail(80)}")
+
+
+def autoscaled(name: str, prometheus_url: str, mode: str = "Auto") -> dict[str, Any]:
+    return manifest(
+        name,
+        model={"name": "m", "preset": "llama-3.1-8b"},
+        prefill={"replicas": 1, "minReplicas": 1, "maxReplicas": 8},
+        decode={"replicas": 1, "minReplicas": 1, "maxReplicas": 8},
+        autoscaling={"mode": mode, "intervalSeconds": 1, "prometheus": {"url": prometheus_url}},
+    )
+
+
+def pdd_now(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = get_json(cluster, "pdd", name, "-n", namespace)
+    return body
+
+
+def autoscaler(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = (pdd_now(cluster, namespace, name).get("status") or {}).get("autoscaler") or {}
+    return status
+
+
+def test_auto_scales_from_prometheus_and_holds_when_it_goes_away(
+    kube_cluster: LocalCluster,
+    namespace: str,
+    prometheus_factory: Callable[[dict[str, Any]], PrometheusServer],
+    start_operator: OperatorFactory,
+    start_controller: ControllerFactory,
+) -> None:
+    traffic = Traffic()
+    with engine_exporter("prefill", traffic) as prefill, engine_exporter("decode", traffic) as decode:
+        labels = {"namespace": namespace, "pdd": "web"}
+        prom = prometheus_factory(
+            labelled_scrape_config(
+                {prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}}
+            )
+        )
+        wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+        start_operator()
+        apply(kube_cluster, namespace, autoscaled("web", prom.url))
+        wait_ready(kube_cluster, namespace, "web")
+        wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+        port = free_port()
+        start_controller("--no-leader-elect", "--metrics-port", str(port))
+
+        def scaled() -> bool:
+            spec = pdd_now(kube_cluster, namespace, "web")["spec"]
+            return bool(spec["prefill"]["replicas"] > 1)
+
+        wait_until(scaled, 60, "the controller to grow the prefill pool")
+        status = autoscaler(kube_cluster, namespace, "web")
+        spec = pdd_now(kube_cluster, namespace, "web")["spec"]
+        assert status["mode"] == "Auto" and status["policy"] == "xpyd"
+        assert status["binding"].startswith("prefill_") and "PrefillBelowModelFloor" in status["reasons"]
+        assert status["desired"]["prefill"] == spec["prefill"]["replicas"]
+        assert status["inputs"]["arrivalRate"] == pytest.approx(traffic.rate, rel=0.15)
+        assert status["inputs"]["meanInputTokens"] == pytest.approx(traffic.prompt_tokens, rel=0.01)
+        assert status["inputs"]["meanOutputTokens"] == pytest.approx(traffic.output_tokens, rel=0.01)
+        assert status["inputs"]["decodeKvUsage"] == pytest.approx(traffic.kv_usage)
+        assert status["predicted"]["ttftSeconds"] > 0 and status["predicted"]["tpotSeconds"] > 0
+        assert (pdd_now(kube_cluster, namespace, "web").get("status") or {}).get(
+            "conditions"
+        )  # operator's kept
+        scale_events = events(kube_cluster, namespace, "ScaleDecision")
+        assert scale_events and scale_events[0].startswith("setting prefill 1→")
+        exported = scrape(port)
+        desired = spec["prefill"]["replicas"]
+        assert (
+            f'xpyd_controller_desired_replicas{{namespace="{namespace}",pdd="web",role="prefill"}} {desired:.1f}'
+            in exported
+        )
+        assert "xpyd_controller_loop_duration_seconds_count" in exported
+
+        wait_until(
+            lambda: autoscaler(kube_cluster, namespace, "web")["inputs"]["prefill"]["ready"] == desired,
+            60,
+            "the operator's new prefill instances to be counted ready",
+        )
+        kill_pid(prom.pid)
+        wait_until(
+            lambda: autoscaler(kube_cluster, namespace, "web")["binding"] == "missing_data",
+            30,
+            "the controller to notice Prometheus is gone",
+        )
+        held = (spec["prefill"]["replicas"], spec["decode"]["replicas"])
+        time.sleep(3)
+        spec = pdd_now(kube_cluster, namespace, "web")["spec"]
+        assert (spec["prefill"]["replicas"], spec["decode"]["replicas"]) == held
+        status = autoscaler(kube_cluster, namespace, "web")
+        assert "unreachable" in status["message"] and status["reasons"] == ["NoMetricsHold"]
+        assert len(status["missingData"]) == 13
+        assert any(
+            "holding the pool sizes" in m for m in events(kube_cluster, namespace, "MetricsUnavailable")
+        )
+        assert 'binding="missing_data"' in scrape(port)
+
+
+def test_only_the_leader_writes_and_a_successor_takes_over(
+    kube_cluster: LocalCluster, namespace: str, start_controller: ControllerFactory
+) -> None:
+    dead_prometheus = f"http://127.0.0.1:{free_port()}"
+    apply(kube_cluster, namespace, autoscaled("lead", dead_prometheus, mode="Advisory"))
+    ports = {"a": free_port(), "b": free_port()}
+    lease = ["--leader-elect", "--lease-namespace", namespace, "--lease-duration", "3"]
+    first = start_controller(*lease, "--identity", "a", "--metrics-port", str(ports["a"]), name="a")
+    wait_until(lambda: holder(kube_cluster, namespace) == "a", 30, "controller a to take the lease")
+    start_controller(*lease, "--identity", "b", "--metrics-port", str(ports["b"]), name="b")
+    wait_until(lambda: bool(autoscaler(kube_cluster, namespace, "lead")), 30, "the leader's first status")
+    wait_until(
+        lambda: "xpyd_controller_leader 0.0" in scrape(ports["b"]), 30, "b to serve /metrics as follower"
+    )
+    time.sleep(2)
+    assert holder(kube_cluster, namespace) == "a"
+    assert "xpyd_controller_leader 1.0" in scrape(ports["a"])
+    assert "xpyd_controller_decisions_total{" in scrape(ports["a"])
+    assert "xpyd_controller_decisions_total{" not in scrape(ports["b"])  # the follower decided nothing
+
+    first.kill(signal.SIGKILL)  # a crash: the lease is not released, b must wait for it to expire
+    wait_until(lambda: holder(kube_cluster, namespace) == "b", 30, "b to take over the expired lease")
+    wait_until(lambda: "xpyd_controller_decisions_total{" in scrape(ports["b"]), 30, "b's first decision")
+    before = autoscaler(kube_cluster, namespace, "lead")["lastDecisionTime"]
+    wait_until(
+        lambda: autoscaler(kube_cluster, namespace, "lead")["lastDecisionTime"] != before,
+        30,
+        "b to write status",
+    )
+
+
+def window_filled(prom: PrometheusServer, rate: float) -> bool:
+    """True once the 10 s rate the controller reads is no longer cut short by the exporters' start."""
+    answer = prom.query("sum(rate(vllm:request_prompt_tokens_count[10s]))")
+    return bool(answer) and abs(float(answer[0]["value"][1]) - rate) < 0.05 * rate
+
+
+def holder(cluster: LocalCluster, namespace: str) -> str:
+    result = cluster.kubectl("get", "lease", "xpyd-controller", "-n", namespace, "-o", "json", check=False)
+    if result.returncode != 0:
+        return ""
+    return str(json.loads(result.stdout)["spec"].get("holderIdentity") or "")
