@@ -1,7 +1,11 @@
-"""The local demo: bring up the real local cluster, show it, and tear it down.
+"""The local demo (`make demo`): a simulated GPU fleet under drifting traffic, the controller converting
+roles live.
 
-Later issues grow this into the full demo (operator, simulated GPU fleet under drifting traffic, the
-controller converting roles live); the cluster lifecycle here is the part they build on.
+A real local cluster comes up; the operator, a real Prometheus, the live fleet (simulated vLLM engines
+on loopback, one per instance pod) and the controller start; a PDDeployment in Auto mode is applied;
+then traffic at a flat rate swings between long outputs and long prompts, and a progress line every few
+seconds shows the pools, the controller's binding constraint and reasons, and conversions. At the end
+(or on Ctrl-C) a summary, then everything is stopped by pid.
 """
 
 from __future__ import annotations
@@ -10,40 +14,132 @@ import argparse
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from types import FrameType
 
 from e2e.harness import start_cluster
+from e2e.stack import Demo, DemoSettings, ScaleCounts, demo_stack, progress_line
+from xpyd_controller.sim.live import FleetStats
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@dataclass
+class SloClock:
+    """Progress intervals in which the fleet's completed requests met the SLO at the target attainment."""
+
+    attainment: float
+    within: int = 0
+    measured: int = 0
+
+    def add(self, fleet: FleetStats, previous: FleetStats) -> None:
+        done = fleet.completed - previous.completed
+        if done:
+            self.measured += 1
+            self.within += (fleet.within_slo - previous.within_slo) >= self.attainment * done
+
+
+def run(demo: Demo, progress_s: float) -> SloClock:
+    """Print a progress line every `progress_s` seconds until the demo's minutes are up (or Ctrl-C)."""
+    started = time.monotonic()
+    deadline = started + demo.settings.minutes * 60.0
+    previous = demo.fleet.stats()
+    clock = SloClock(attainment=0.9)
+    try:
+        while (now := time.monotonic()) < deadline:
+            time.sleep(min(progress_s, max(0.0, deadline - now)))
+            stats = demo.fleet.stats()
+            clock.add(stats, previous)
+            line = progress_line(
+                elapsed_s=time.monotonic() - started,
+                rate=demo.settings.rate,
+                long_prompts=demo.long_prompt_share(),
+                pdd=demo.pdd(),
+                fleet=stats,
+                previous=previous,
+                conversions=demo.fleet.conversions,
+            )
+            print(line, flush=True)
+            previous = stats
+    except KeyboardInterrupt:
+        print("interrupted: summary so far, then teardown", flush=True)
+    return clock
+
+
+def summary(demo: Demo, clock: SloClock) -> str:
+    fleet = demo.fleet.stats()
+    scale = ScaleCounts.of(demo.event_messages("ScaleDecision"))
+    status = demo.pdd().get("status") or {}
+    autoscaler = status.get("autoscaler") or {}
+    share = f"{100 * fleet.within_slo / fleet.completed:.0f}%" if fleet.completed else "-"
+    time_share = f"{100 * clock.within / clock.measured:.0f}%" if clock.measured else "-"
+    return "\n".join(
+        [
+            f"summary after {fleet.now_s:.0f} s of traffic:",
+            f"  fleet: {fleet.arrived} requests arrived, {fleet.completed} completed, {share} of them within"
+            f" the SLO (TTFT and time per output token); SLO met at 90% attainment in {clock.within} of"
+            f" {clock.measured} progress intervals ({time_share} of the time); {fleet.recomputed} recomputed",
+            f"  controller: {scale.decisions} scale decisions: prefill up {scale.ups['prefill']} /"
+            f" down {scale.downs['prefill']}, decode up {scale.ups['decode']} / down {scale.downs['decode']};"
+            f" last binding {autoscaler.get('binding') or '-'} ({', '.join(autoscaler.get('reasons') or [])})",
+            f"  operator: {len(demo.event_messages('Converted'))} conversions (Converted events; the fleet saw"
+            f" {demo.fleet.conversions} role switches), {len(demo.event_messages('Created'))} Created and"
+            f" {len(demo.event_messages('Deleted'))} Deleted events",
+            f"  logs: {demo.workdir}",
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    defaults = DemoSettings()
     parser = argparse.ArgumentParser(
         prog="make demo",
-        description="Start a real local Kubernetes cluster (kwok fake nodes by default; XPYD_CLUSTER=kind|existing), "
-        "print its nodes, and tear it down.",
+        description="A real local Kubernetes cluster (kwok fake nodes by default; XPYD_CLUSTER=kind|existing) "
+        "with the operator, a real Prometheus, a simulated vLLM fleet and the xpyd controller; traffic "
+        "swings between long outputs and long prompts, and the controller converts roles live.",
     )
     parser.add_argument("--nodes", type=int, default=3, help="fake GPU nodes to create (default 3)")
     parser.add_argument(
-        "--hold", type=float, default=0, help="seconds to keep the cluster up before teardown"
+        "--minutes", type=float, default=defaults.minutes, help="traffic duration (default 5)"
+    )
+    parser.add_argument("--rate", type=float, default=defaults.rate, help="requests/s (default 4)")
+    parser.add_argument(
+        "--swing-seconds", type=float, default=defaults.swing_s, help="seconds per mix phase (default 90)"
+    )
+    parser.add_argument("--progress-seconds", type=float, default=5.0, help="between progress lines")
+    parser.add_argument("--seed", type=int, default=0, help="traffic seed")
+    parser.add_argument(
+        "--hold", type=float, default=0, help="seconds to keep everything up after the summary"
     )
     args = parser.parse_args(argv)
+    try:
+        settings = DemoSettings(args.minutes, args.rate, args.swing_seconds, seed=args.seed)
+    except ValueError as error:
+        parser.error(str(error))
     signal.signal(signal.SIGTERM, _raise_interrupt)  # Ctrl-C and SIGTERM both reach the teardown
     started = time.monotonic()
     with start_cluster(nodes=args.nodes) as cluster:
         print(
             f"cluster {cluster.name} ({cluster.provider}) up in {time.monotonic() - started:.1f}s", flush=True
         )
-        print(cluster.kubectl("get", "nodes", "-o", "wide").stdout, flush=True)
-        print(cluster.kubectl("version").stdout, flush=True)
-        if args.hold:
+        with demo_stack(cluster, settings) as demo:
             print(
-                f"KUBECONFIG={cluster.kubeconfig}  (holding {args.hold:.0f}s; Ctrl-C tears down)", flush=True
+                f"operator, Prometheus ({demo.prometheus.url}), live fleet and controller started;"
+                f" {settings.rate:g} req/s for {settings.minutes:g} min, mix swinging every"
+                f" {settings.swing_s:g} s (long outputs first)",
+                flush=True,
             )
-            time.sleep(args.hold)
-    print("cluster torn down", flush=True)
+            clock = run(demo, args.progress_seconds)
+            print(summary(demo, clock), flush=True)
+            if args.hold:
+                print(
+                    f"KUBECONFIG={cluster.kubeconfig}  (holding {args.hold:.0f}s; Ctrl-C tears down)",
+                    flush=True,
+                )
+                time.sleep(args.hold)
+    print("everything torn down", flush=True)
     return 0
 
 

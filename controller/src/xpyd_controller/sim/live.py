@@ -195,6 +195,9 @@ class LiveFleet:
     def keys(self) -> list[str]:
         return list(self._instances)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._instances
+
     def role_of(self, key: str) -> Role:
         return self._instance(key).role
 

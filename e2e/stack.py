@@ -1,0 +1,258 @@
+"""The whole demo stack on a running cluster: operator, Prometheus, live fleet, controller, a PDDeployment
+in Auto, and traffic whose mix swings between long prompts and long outputs. Shared by `make demo`
+(e2e/demo.py) and the end-to-end test (e2e/test_demo.py), which runs it time-compressed.
+
+The PDDeployment describes a deliberately small GPU (slow FLOP/s, little HBM): a few requests per second
+then keep a handful of instances busy, and the controller's capacity model and the simulated engines use
+the same numbers, so what the controller predicts is what the fleet does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from kubernetes import client, config
+
+from e2e.fleet import FleetRunner, file_sd_scrape_config, running_fleet
+from e2e.harness import LocalCluster, PrometheusServer, start_prometheus
+from xpyd_api.models import PDDeploymentSpec
+from xpyd_api.names import GROUP, PLURAL, VERSION
+from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
+from xpyd_controller.sim.config import GoodputSlo, Hardware
+from xpyd_controller.sim.live import FleetStats, LiveFleet, LiveTraffic
+from xpyd_controller.sim.traces.synthetic import Constant, MixDrift, PiecewiseLinear, UniformLengths
+from xpyd_operator.testing import OperatorProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD_PATH = ROOT / "crds" / "pddeployments.xpyd.dev.yaml"
+PDD_NAME = "demo"
+# Chat-like long answers (decode-heavy) and RAG-like long prompts with short answers (prefill-heavy).
+LONG_OUTPUTS = UniformLengths(200, 800, 600, 1400)
+LONG_PROMPTS = UniformLengths(3000, 6000, 20, 80)
+MIX_RAMP_S = 5.0  # how quickly the mix flips at each swing
+OPERATOR_SETTINGS = {"XPYD_RESYNC_SECONDS": "2", "XPYD_ACTIVE_POLL_SECONDS": "0.5"}
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """How long, how much traffic, how fast the mix swings and how quickly the controller reacts."""
+
+    minutes: float = 5.0
+    rate: float = 4.0  # requests/s, flat: only the mix moves
+    swing_s: float = 90.0  # seconds of each phase (decode-heavy first, then prefill-heavy, ...)
+    rate_window_s: float = 20.0  # the controller's window behind rates and quantiles
+    interval_s: float = 5.0  # spec.autoscaling.intervalSeconds
+    scale_down_window_s: float = 15.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("minutes", "rate", "swing_s", "rate_window_s", "interval_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} = {value!r}: must be > 0")
+
+
+def mix_weight(swing_s: float, duration_s: float) -> PiecewiseLinear:
+    """Share of long-prompt requests over time: 0 for `swing_s`, then 1 for `swing_s`, and so on."""
+    times, values = [0.0], [0.0]
+    edge, high = swing_s, 1.0
+    while edge < duration_s + swing_s:
+        times += [edge, edge + MIX_RAMP_S]
+        values += [1.0 - high, high]
+        edge, high = edge + swing_s, 1.0 - high
+    return PiecewiseLinear(tuple(times), tuple(values))
+
+
+def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]:
+    """The PDDeployment the demo applies: vLLM (switch by routing), conversion allowed, Auto mode."""
+    pool = {"replicas": 2, "minReplicas": 1, "maxReplicas": 5}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": PDD_NAME},
+        "spec": {
+            "model": {"name": "demo/llama-3.1-8b", "preset": "llama-3.1-8b"},
+            "hardware": {
+                "gpu": "h100-sxm",
+                "peakFlops": 3e14,
+                "mfu": 0.4,
+                "hbmBandwidth": 1e12,
+                "hbmBytes": 20e9,
+                "link": "ib-400g",
+            },
+            "slo": {"ttftSeconds": 2.0, "tpotSeconds": 0.04, "attainment": 0.9},
+            "engine": {"type": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+            "prefill": pool,
+            "decode": pool,
+            "router": {"image": "ghcr.io/vllm-project/vllm-router:latest"},
+            "conversion": {"enabled": True, "drainTimeoutSeconds": 20},
+            "autoscaling": {
+                "mode": "Auto",
+                "intervalSeconds": settings.interval_s,
+                "prometheus": {"url": prometheus_url},
+                "scaleUpWindowSeconds": 0,
+                "scaleDownWindowSeconds": settings.scale_down_window_s,
+                "gpuBudget": 6,
+            },
+        },
+    }
+
+
+def live_fleet(manifest: Mapping[str, Any], settings: DemoSettings) -> LiveFleet:
+    """Simulated engines with the PDDeployment's own model, GPU, link and SLO (as the controller reads them)."""
+    spec = PDDeploymentSpec.model_validate(manifest["spec"])
+    hardware = Hardware(model_spec(spec.model), gpu_spec(spec.hardware), link_spec(spec.hardware))
+    duration = settings.minutes * 60.0
+    lengths = MixDrift(LONG_OUTPUTS, LONG_PROMPTS, mix_weight(settings.swing_s, duration))
+    slo = GoodputSlo(ttft_s=spec.slo.ttft_seconds, tpot_s=spec.slo.tpot_seconds, max_token_gap_s=None)
+    return LiveFleet(hardware, LiveTraffic(Constant(settings.rate), lengths), slo, seed=settings.seed)
+
+
+class ControllerProcess(OperatorProcess):
+    """`python -m xpyd_controller.controller ARGS`, with the operator process's handling (own session)."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path, args: list[str]) -> None:
+        super().__init__(env, log_path)
+        self.argv = [sys.executable, "-m", "xpyd_controller.controller", *args]
+
+
+@dataclass
+class Demo:
+    """The running stack and what the demo reads back from it."""
+
+    cluster: LocalCluster
+    namespace: str
+    settings: DemoSettings
+    fleet: FleetRunner
+    prometheus: PrometheusServer
+    operator: OperatorProcess
+    controller: ControllerProcess
+    workdir: Path
+    _custom: client.CustomObjectsApi = field(init=False)
+    _core: client.CoreV1Api = field(init=False)
+
+    def __post_init__(self) -> None:
+        api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+
+    def pdd(self) -> dict[str, Any]:
+        body = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, PDD_NAME)
+        return cast(dict[str, Any], body)
+
+    def event_messages(self, reason: str) -> list[str]:
+        """Messages of this namespace's Events with `reason`, one per occurrence."""
+        items = self._core.list_namespaced_event(self.namespace, field_selector=f"reason={reason}").items
+        return [item.message or "" for item in items for _ in range(item.count or 1)]
+
+    def long_prompt_share(self) -> float:
+        weight = mix_weight(self.settings.swing_s, self.settings.minutes * 60.0)
+        return float(weight(np.asarray(self.fleet.stats().now_s)))
+
+
+def _controller_args(namespace: str, settings: DemoSettings) -> list[str]:
+    window = f"{settings.rate_window_s:g}"
+    return ["--namespace", namespace, "--no-leader-elect", "--tick", "1", "--rate-window", window]
+
+
+@contextlib.contextmanager
+def demo_stack(cluster: LocalCluster, settings: DemoSettings) -> Iterator[Demo]:
+    """Everything the demo runs, on `cluster`; each piece is stopped (by pid) on exit, in reverse order."""
+    workdir = Path(tempfile.mkdtemp(prefix="xpyd-demo-"))
+    namespace = "xpyd-demo"
+    cluster.install_crd(CRD_PATH)
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    sd_file = workdir / "targets.json"
+    with contextlib.ExitStack() as stack:
+        operator = stack.enter_context(
+            OperatorProcess(cluster.env(), workdir / "operator.log", [namespace], OPERATOR_SETTINGS)
+        )
+        # The fleet writes the target file first, so Prometheus starts with a valid (empty) one.
+        manifest_for_fleet = demo_manifest("http://unused", settings)
+        runner = stack.enter_context(
+            running_fleet(
+                live_fleet(manifest_for_fleet, settings),
+                cluster.kubeconfig,
+                namespace=namespace,
+                pdd=PDD_NAME,
+                sd_file=sd_file,
+                model_name=manifest_for_fleet["spec"]["model"]["name"],
+            )
+        )
+        prometheus = stack.enter_context(start_prometheus(file_sd_scrape_config(sd_file)))
+        manifest = demo_manifest(prometheus.url, settings)
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+        controller = ControllerProcess(
+            cluster.env(), workdir / "controller.log", _controller_args(namespace, settings)
+        )
+        stack.enter_context(controller)
+        yield Demo(cluster, namespace, settings, runner, prometheus, operator, controller, workdir)
+
+
+# ---- what the demo prints ----------------------------------------------------------------------------------
+
+_DECISION = re.compile(r"prefill (\d+)→(\d+), decode (\d+)→(\d+)")
+
+
+@dataclass(frozen=True)
+class ScaleCounts:
+    """Replica changes the controller wrote, from its ScaleDecision Events."""
+
+    decisions: int
+    ups: dict[str, int]
+    downs: dict[str, int]
+
+    @classmethod
+    def of(cls, messages: list[str]) -> ScaleCounts:
+        ups = {"prefill": 0, "decode": 0}
+        downs = {"prefill": 0, "decode": 0}
+        for message in messages:
+            match = _DECISION.search(message)
+            if match is None:
+                continue
+            p0, p1, d0, d1 = map(int, match.groups())
+            for role, before, after in (("prefill", p0, p1), ("decode", d0, d1)):
+                ups[role] += after > before
+                downs[role] += after < before
+        return cls(len(messages), ups, downs)
+
+
+def progress_line(
+    *,
+    elapsed_s: float,
+    rate: float,
+    long_prompts: float,
+    pdd: Mapping[str, Any],
+    fleet: FleetStats,
+    previous: FleetStats,
+    conversions: int,
+) -> str:
+    """One readable line: traffic, pools ready/desired, the controller's last binding, the fleet's SLO."""
+    status = pdd.get("status") or {}
+    spec = pdd.get("spec") or {}
+
+    def pool(role: str) -> str:
+        ready = (status.get(role) or {}).get("ready", 0)
+        return f"{role} {ready}/{(spec.get(role) or {}).get('replicas', '?')}"
+
+    autoscaler = status.get("autoscaler") or {}
+    reasons = ",".join(autoscaler.get("reasons") or []) or "-"
+    done = fleet.completed - previous.completed
+    good = fleet.within_slo - previous.within_slo
+    slo = f"{100 * good / done:3.0f}% in SLO" if done else "   - in SLO"
+    mix = f"{100 * long_prompts:3.0f}% long-prompt"
+    return (
+        f"[{elapsed_s:5.0f}s] {rate:g} req/s {mix} | {pool('prefill')} {pool('decode')} ready/desired"
+        f" | converting {status.get('converting', 0)}, conversions {conversions}"
+        f" | binding {autoscaler.get('binding') or '-'} ({reasons})"
+        f" | fleet: {done} done {slo}, {fleet.in_system} in flight"
+    )
