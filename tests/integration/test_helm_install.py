@@ -122,6 +122,29 @@ def _assert_controller_grants(
     assert actual == expected
 
 
+def _assert_router_grants(cluster: LocalCluster, namespace: str) -> None:
+    """The routers' account may discover pods in its own namespace, and do nothing more."""
+    expected = {(namespace, "list"): True, (namespace, "watch"): True, (namespace, "delete"): False}
+    expected[("default", "list")] = False
+    account = f"{namespace}:{ROUTER_ACCOUNT}"
+    assert {key: _can(cluster, account, *key, "pods") for key in expected} == expected
+
+
+def _assert_upgrade_drops_the_controller(
+    cluster: LocalCluster, namespace: str, release: str, workload: str
+) -> None:
+    upgraded = helm(
+        *("upgrade", release, str(CHART_DIR), "-n", namespace, "--reuse-values", "--wait", "--timeout=60s"),
+        *("--set", "controller.enabled=false"),
+        env=cluster.env(),
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    deployments = get_json(cluster, "deployments", "-n", namespace)["items"]
+    assert [d["metadata"]["name"] for d in deployments] == [f"{release}-xpyd-operator"]
+    controller_account = f"{namespace}:{release}-xpyd-controller"
+    assert not _can(cluster, controller_account, workload, "list", "pddeployments.xpyd.dev")
+
+
 def _advisory_sample(dead_prometheus: str) -> dict[str, Any]:
     """crds/samples/minimal.yaml with the controller in Advisory mode against a Prometheus that is down:
     the controller still lists it, records "no data" in status.autoscaler and holds the sizes. The router
@@ -141,7 +164,7 @@ def _has_autoscaler_status(cluster: LocalCluster, namespace: str) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["AllNamespaces", "Namespaces"])
-def test_helm_install_rbac_and_uninstall(
+def test_install_rbac_upgrade_uninstall(
     kube_cluster: LocalCluster, namespace: str, tmp_path: Path, mode: str
 ) -> None:
     """Release in its own namespace (created by helm), the PDDeployment in the test's namespace."""
@@ -158,18 +181,8 @@ def test_helm_install_rbac_and_uninstall(
     # Negative control: RBAC is enforced, so an account without grants is refused.
     assert not _can(kube_cluster, f"{namespace}:nobody", namespace, "get", "pods")
 
-    installed = helm(
-        "install",
-        release,
-        str(CHART_DIR),
-        "-n",
-        release_ns,
-        "--create-namespace",
-        "--wait",
-        "--timeout=120s",
-        values=values,
-        env=env,
-    )
+    install = ["install", release, str(CHART_DIR), "-n", release_ns, "--create-namespace", "--wait"]
+    installed = helm(*install, "--timeout=120s", values=values, env=env)
     try:
         assert installed.returncode == 0, installed.stderr
         assert "kubectl get pdd" in installed.stdout  # NOTES.txt
@@ -177,16 +190,7 @@ def test_helm_install_rbac_and_uninstall(
         _assert_controller_grants(kube_cluster, release_ns, release, namespace, unwatched_allowed=not watched)
         operator_account = f"{release_ns}:{release}-xpyd-operator"
         assert not _can(kube_cluster, operator_account, namespace, "delete", "pddeployments.xpyd.dev")
-        # The routers' account may discover pods in its own namespace, and nothing more.
-        router_expected = {
-            (namespace, "list"): True,
-            (namespace, "watch"): True,
-            (namespace, "delete"): False,
-        }
-        router_expected[("default", "list")] = False
-        router_account = f"{namespace}:{ROUTER_ACCOUNT}"
-        router_actual = {key: _can(kube_cluster, router_account, *key, "pods") for key in router_expected}
-        assert router_actual == router_expected
+        _assert_router_grants(kube_cluster, namespace)
 
         operator = _as_chart_runs_it(kube_cluster, release_ns, f"{release}-xpyd-operator", tmp_path)
         controller = _as_chart_runs_it(kube_cluster, release_ns, f"{release}-xpyd-controller", tmp_path)
@@ -208,6 +212,8 @@ def test_helm_install_rbac_and_uninstall(
             assert not [name for name, text in logs.items() if "forbidden" in text.lower()]
             # Deleted while the operator still runs, so Kopf's finalizer is removed.
             kube_cluster.kubectl("delete", "pdd", "minimal", "-n", namespace, "--timeout=60s")
+
+        _assert_upgrade_drops_the_controller(kube_cluster, release_ns, release, namespace)
     finally:
         uninstalled = helm("uninstall", release, "-n", release_ns, "--wait", "--timeout=60s", env=env)
         kube_cluster.kubectl(
