@@ -288,10 +288,23 @@ def test_router_access_in_each_namespace(values: dict[str, Any], namespaces: lis
         ]
 
 
-def test_router_access_needs_namespaces_when_watching_all() -> None:
-    result = template({"routerAccess": {"enabled": True}})
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"routerAccess": {"enabled": True}},
+            "routerAccess.namespaces is empty: with watch.mode AllNamespaces, list the namespaces",
+        ),
+        (
+            {"watch": {"namespaces": ["team-a"]}},
+            'watch.namespaces=["team-a"] is only used with watch.mode Namespaces',
+        ),
+    ],
+)
+def test_inconsistent_values_fail_naming_the_value(values: dict[str, Any], message: str) -> None:
+    result = template(values)
     assert result.returncode != 0
-    assert "routerAccess.namespaces is empty: with watch.mode AllNamespaces" in result.stderr
+    assert message in result.stderr
 
 
 @pytest.mark.parametrize(("namespace", "expected"), [("", "xpyd-system"), ("monitoring", "monitoring")])

@@ -56,6 +56,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- toJson (uniq $namespaces) }}
 {{- end }}
 
+{{/* Value combinations the schema cannot express; each failure names the value and the rule. */}}
+{{- define "xpyd.validate" -}}
+{{- if and (eq .Values.watch.mode "AllNamespaces") .Values.watch.namespaces }}
+{{- fail (printf "watch.namespaces=%s is only used with watch.mode Namespaces; with AllNamespaces leave it empty" (toJson .Values.watch.namespaces)) }}
+{{- end }}
+{{- end }}
+
 {{/* The scope flags of both processes: --all-namespaces, or one --namespace per watched namespace. */}}
 {{- define "xpyd.scopeArgs" -}}
 {{- if eq .Values.watch.mode "AllNamespaces" }}
