@@ -162,30 +162,44 @@ def test_only_the_leader_writes_and_a_successor_takes_over(
 ) -> None:
     dead_prometheus = f"http://127.0.0.1:{free_port()}"
     apply(kube_cluster, namespace, autoscaled("lead", dead_prometheus, mode="Advisory"))
-    ports = {"a": free_port(), "b": free_port()}
-    lease = ["--leader-elect", "--lease-namespace", namespace, "--lease-duration", "3"]
-    first = start_controller(*lease, "--identity", "a", "--metrics-port", str(ports["a"]), name="a")
+    ports = {name: free_port() for name in "abc"}
+
+    def start(name: str, lease_seconds: int) -> ControllerProcess:
+        args = ["--leader-elect", "--lease-namespace", namespace, "--lease-duration", str(lease_seconds)]
+        return start_controller(*args, "--identity", name, "--metrics-port", str(ports[name]), name=name)
+
+    def decided(name: str) -> bool:
+        return "xpyd_controller_decisions_total{" in scrape(ports[name])
+
+    first = start("a", 60)  # a long lease: only a release lets b in before a minute is up
     wait_until(lambda: holder(kube_cluster, namespace) == "a", 30, "controller a to take the lease")
-    start_controller(*lease, "--identity", "b", "--metrics-port", str(ports["b"]), name="b")
+    second = start("b", 3)
     wait_until(lambda: bool(autoscaler(kube_cluster, namespace, "lead")), 30, "the leader's first status")
     wait_until(
         lambda: "xpyd_controller_leader 0.0" in scrape(ports["b"]), 30, "b to serve /metrics as follower"
     )
     time.sleep(2)
     assert holder(kube_cluster, namespace) == "a"
-    assert "xpyd_controller_leader 1.0" in scrape(ports["a"])
-    assert "xpyd_controller_decisions_total{" in scrape(ports["a"])
-    assert "xpyd_controller_decisions_total{" not in scrape(ports["b"])  # the follower decided nothing
+    assert "xpyd_controller_leader 1.0" in scrape(ports["a"]) and decided("a")
+    assert not decided("b")  # the follower decided nothing, so it wrote nothing
 
-    first.kill(signal.SIGKILL)  # a crash: the lease is not released, b must wait for it to expire
-    wait_until(lambda: holder(kube_cluster, namespace) == "b", 30, "b to take over the expired lease")
-    wait_until(lambda: "xpyd_controller_decisions_total{" in scrape(ports["b"]), 30, "b's first decision")
+    first.kill(signal.SIGTERM)  # a clean shutdown releases the lease: b takes it long before it expires
+    wait_until(lambda: holder(kube_cluster, namespace) == "b", 20, "b to take over the released lease")
+    wait_until(lambda: decided("b"), 30, "b's first decision")
+
+    start("c", 3)
+    wait_until(
+        lambda: "xpyd_controller_leader 0.0" in scrape(ports["c"]), 30, "c to serve /metrics as follower"
+    )
+    second.kill(signal.SIGKILL)  # a crash: the lease is not released, c must wait for it to expire
+    wait_until(lambda: holder(kube_cluster, namespace) == "c", 30, "c to take over the expired lease")
     before = autoscaler(kube_cluster, namespace, "lead")["lastDecisionTime"]
     wait_until(
         lambda: autoscaler(kube_cluster, namespace, "lead")["lastDecisionTime"] != before,
         30,
-        "b to write status",
+        "c to write status",
     )
+    assert decided("c")
 
 
 def window_filled(prom: PrometheusServer, rate: float) -> bool:
