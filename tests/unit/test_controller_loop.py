@@ -240,7 +240,6 @@ def test_forgets_deleted_objects() -> None:
         ({"model": {"preset": None}}, "spec.model.preset is not set, so spec.model.params"),
         ({"model": {"preset": "gpt-9"}}, "spec.model.preset = 'gpt-9': unknown preset"),
         ({"hardware": {"gpu": "tpu"}}, "spec.hardware.gpu = 'tpu': unknown preset"),
-        ({"engine": {"type": "sglang"}}, "spec.engine.type = 'sglang'"),
     ],
 )
 def test_unusable_spec_is_reported_in_status_and_one_warning(extra: dict[str, Any], message: str) -> None:

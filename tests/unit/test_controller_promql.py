@@ -7,7 +7,15 @@ import re
 import pytest
 
 from xpyd_api.models import EngineType
-from xpyd_controller.metrics.promql import VLLM, LabelNames, Scope, Signal, build_queries, metrics_for
+from xpyd_controller.metrics.promql import (
+    ENGINE_METRICS,
+    SGLANG,
+    VLLM,
+    LabelNames,
+    Scope,
+    Signal,
+    build_queries,
+)
 
 SCOPE = Scope("serving", "llama", 30)
 P_SEL = '{namespace="serving",pdd="llama",role="prefill"}'
@@ -82,11 +90,36 @@ def test_window_below_one_second_is_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("engine", "known"), [(EngineType.VLLM, True), (EngineType.CUSTOM, True), (EngineType.SGLANG, False)]
+    ("signal", "expected"),
+    [
+        (Signal.ARRIVAL_RATE, f"sum(rate(sglang:num_requests_total{P_SEL}[30s]))"),
+        (Signal.INPUT_TOKENS_RATE, f"sum(rate(sglang:prompt_tokens_total{P_SEL}[30s]))"),
+        (Signal.OUTPUT_REQUESTS_RATE, f"sum(rate(sglang:num_requests_total{D_SEL}[30s]))"),
+        (Signal.OUTPUT_TOKENS_RATE, f"sum(rate(sglang:generation_tokens_total{D_SEL}[30s]))"),
+        (Signal.PREFIX_QUERIES_RATE, f"sum(rate(sglang:prompt_tokens_total{P_SEL}[30s]))"),
+        (Signal.PREFIX_HITS_RATE, f"sum(rate(sglang:cached_tokens_total{P_SEL}[30s]))"),
+        (Signal.PREFILL_QUEUE, f"sum(sglang:num_queue_reqs{P_SEL})"),
+        (Signal.DECODE_RUNNING, f"sum(sglang:num_running_reqs{D_SEL})"),
+        (Signal.DECODE_KV_USAGE, f"avg(sglang:token_usage{D_SEL})"),
+        (
+            Signal.TTFT_P90,
+            f"histogram_quantile(0.9, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{D_SEL}[30s])))",
+        ),
+    ],
 )
-def test_engine_families(engine: EngineType, known: bool) -> None:
-    if known:
-        assert metrics_for(engine) is VLLM
-    else:
-        with pytest.raises(ValueError, match=re.escape("spec.engine.type = 'sglang'")):
-            metrics_for(engine)
+def test_sglang_query_per_signal(signal: Signal, expected: str) -> None:
+    assert build_queries(SGLANG, SCOPE)[signal] == expected
+
+
+def test_sglang_exports_no_length_histograms() -> None:
+    assert set(Signal) - set(build_queries(SGLANG, SCOPE)) == {
+        Signal.INPUT_TOKENS_P90,
+        Signal.OUTPUT_TOKENS_P90,
+    }
+
+
+@pytest.mark.parametrize(
+    ("engine", "names"), [(EngineType.VLLM, VLLM), (EngineType.SGLANG, SGLANG), (EngineType.CUSTOM, VLLM)]
+)
+def test_every_engine_type_has_names(engine: EngineType, names: object) -> None:
+    assert ENGINE_METRICS[engine] is names

@@ -21,7 +21,7 @@ from xpyd_controller.control.pools import pool_states
 from xpyd_controller.control.setup import limits, policy_context
 from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch, timestamp
 from xpyd_controller.metrics.observation import build_observation, missing_signals
-from xpyd_controller.metrics.promql import LabelNames, Scope, Signal, build_queries, metrics_for
+from xpyd_controller.metrics.promql import ENGINE_METRICS, LabelNames, Scope, Signal, build_queries
 from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Policy
@@ -149,14 +149,13 @@ class Controller:
             if spec.autoscaling.prometheus is None:
                 raise ValueError("spec.autoscaling.prometheus: required when mode is Advisory or Auto")
             policy = self._policy(pdd, tracked)
-            engine = metrics_for(spec.engine.type)
         except ValueError as error:  # SetupError, PolicyConfigError and the specs' errors are ValueErrors
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
             self._report_problem(pdd, body, tracked, message, now)
             return None
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
         source = self.metrics(spec.autoscaling.prometheus.url)
-        answers = source.query_all(build_queries(engine, scope))
+        answers = source.query_all(build_queries(ENGINE_METRICS[spec.engine.type], scope))
         pods = self.cluster.list_instances(pdd.namespace, pdd.name)
         pools = pool_states(pods, {role: spec.pool(role).gpus_per_instance for role in Role})
         observation = build_observation(

@@ -55,46 +55,67 @@ class LabelNames:
 
 @dataclass(frozen=True)
 class EngineMetrics:
-    """An engine family's metric names; each entry lists alternatives, newest name first."""
+    """An engine family's series names; each entry lists alternatives, newest name first, and an empty
+    entry means the engine does not export it (that signal then has no data)."""
 
-    running: Sequence[str]  # gauge: requests in running batches
-    waiting: Sequence[str]  # gauge: requests queued
-    kv_usage: Sequence[str]  # gauge: fraction 0..1 of KV cache blocks in use
-    prompt_tokens: Sequence[str]  # histogram of prompt tokens per request
-    generation_tokens: Sequence[str]  # histogram of generated tokens per request
-    ttft: Sequence[str]  # histogram, seconds
-    tpot: Sequence[str]  # histogram, seconds between output tokens
+    requests_in: Sequence[str]  # counter of requests, read on the prefill pool (arrivals)
+    prompt_tokens: Sequence[str]  # counter of their prompt tokens
+    prompt_histogram: Sequence[str]  # histogram of prompt tokens per request (base name)
+    requests_out: Sequence[str]  # counter of requests, read on the decode pool (finished)
+    output_tokens: Sequence[str]  # counter of their generated tokens
+    output_histogram: Sequence[str]  # histogram of generated tokens per request (base name)
     prefix_queries: Sequence[str]  # counter of prompt tokens looked up in the prefix cache
     prefix_hits: Sequence[str]  # counter of those found
+    waiting: Sequence[str]  # gauge: requests queued
+    running: Sequence[str]  # gauge: requests in running batches
+    kv_usage: Sequence[str]  # gauge: fraction 0..1 of the KV cache in use
+    ttft: Sequence[str]  # histogram, seconds (base name)
+    tpot: Sequence[str]  # histogram, seconds between output tokens (base name)
 
 
 # vLLM's V1 names (docs.vllm.ai "Production Metrics"); the older names are the V0 ones.
 VLLM = EngineMetrics(
-    running=("vllm:num_requests_running",),
-    waiting=("vllm:num_requests_waiting",),
-    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    prompt_tokens=("vllm:request_prompt_tokens",),
-    generation_tokens=("vllm:request_generation_tokens",),
-    ttft=("vllm:time_to_first_token_seconds",),
-    tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    requests_in=("vllm:request_prompt_tokens_count",),
+    prompt_tokens=("vllm:request_prompt_tokens_sum",),
+    prompt_histogram=("vllm:request_prompt_tokens",),
+    requests_out=("vllm:request_generation_tokens_count",),
+    output_tokens=("vllm:request_generation_tokens_sum",),
+    output_histogram=("vllm:request_generation_tokens",),
     prefix_queries=("vllm:prefix_cache_queries_total",),
     prefix_hits=("vllm:prefix_cache_hits_total",),
+    waiting=("vllm:num_requests_waiting",),
+    running=("vllm:num_requests_running",),
+    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    ttft=("vllm:time_to_first_token_seconds",),
+    tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
 )
 
-# Engines whose metric names the controller knows. Custom engines are read with vLLM's names (a custom
-# image can export them); SGLang is not mapped yet.
-ENGINE_METRICS: Mapping[EngineType, EngineMetrics] = {EngineType.VLLM: VLLM, EngineType.CUSTOM: VLLM}
+# SGLang's names (docs.sglang.io "Production Metrics", `--enable-metrics`). It exports no per-request
+# length histograms, so the p90 lengths have no data; the prefix-cache hit rate is cached prompt tokens
+# over all prompt tokens.
+SGLANG = EngineMetrics(
+    requests_in=("sglang:num_requests_total",),
+    prompt_tokens=("sglang:prompt_tokens_total",),
+    prompt_histogram=(),
+    requests_out=("sglang:num_requests_total",),
+    output_tokens=("sglang:generation_tokens_total",),
+    output_histogram=(),
+    prefix_queries=("sglang:prompt_tokens_total",),
+    prefix_hits=("sglang:cached_tokens_total",),
+    waiting=("sglang:num_queue_reqs",),
+    running=("sglang:num_running_reqs",),
+    kv_usage=("sglang:token_usage",),
+    ttft=("sglang:time_to_first_token_seconds",),
+    tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+)
 
-
-def metrics_for(engine: EngineType) -> EngineMetrics:
-    """The metric names of `engine`; a clear error for an engine the controller cannot read yet."""
-    known = ENGINE_METRICS.get(engine)
-    if known is None:
-        supported = ", ".join(sorted(str(e) for e in ENGINE_METRICS))
-        raise ValueError(
-            f"spec.engine.type = {str(engine)!r}: the controller reads metrics of {supported} only"
-        )
-    return known
+# Engines whose metric names the controller knows; custom engines are read with vLLM's names (a custom
+# image can export them).
+ENGINE_METRICS: Mapping[EngineType, EngineMetrics] = {
+    EngineType.VLLM: VLLM,
+    EngineType.SGLANG: SGLANG,
+    EngineType.CUSTOM: VLLM,
+}
 
 
 def _quote(value: str) -> str:
@@ -129,10 +150,10 @@ def _either(queries: Sequence[str]) -> str:
     return " or ".join(queries)
 
 
-def _rate(names: Sequence[str], suffix: str, scope: Scope, role: Role) -> str:
-    """Summed per-second increase of a counter (or a histogram's _sum/_count) over the window."""
+def _rate(names: Sequence[str], scope: Scope, role: Role) -> str:
+    """Summed per-second increase of a counter over the window."""
     selector = scope.selector(role)
-    return _either([f"sum(rate({name}{suffix}{selector}[{scope.window}]))" for name in names])
+    return _either([f"sum(rate({name}{selector}[{scope.window}]))" for name in names])
 
 
 def _quantile(names: Sequence[str], scope: Scope, role: Role) -> str:
@@ -151,20 +172,21 @@ def _gauge(aggregate: str, names: Sequence[str], scope: Scope, role: Role) -> st
 
 
 def build_queries(engine: EngineMetrics, scope: Scope) -> dict[Signal, str]:
-    """One PromQL expression per signal, for the pools of one PDDeployment."""
+    """One PromQL expression per signal the engine exports, for the pools of one PDDeployment."""
     prefill, decode = Role.PREFILL, Role.DECODE
-    return {
-        Signal.ARRIVAL_RATE: _rate(engine.prompt_tokens, "_count", scope, prefill),
-        Signal.INPUT_TOKENS_RATE: _rate(engine.prompt_tokens, "_sum", scope, prefill),
-        Signal.INPUT_TOKENS_P90: _quantile(engine.prompt_tokens, scope, prefill),
-        Signal.OUTPUT_REQUESTS_RATE: _rate(engine.generation_tokens, "_count", scope, decode),
-        Signal.OUTPUT_TOKENS_RATE: _rate(engine.generation_tokens, "_sum", scope, decode),
-        Signal.OUTPUT_TOKENS_P90: _quantile(engine.generation_tokens, scope, decode),
-        Signal.PREFIX_QUERIES_RATE: _rate(engine.prefix_queries, "", scope, prefill),
-        Signal.PREFIX_HITS_RATE: _rate(engine.prefix_hits, "", scope, prefill),
+    queries = {
+        Signal.ARRIVAL_RATE: _rate(engine.requests_in, scope, prefill),
+        Signal.INPUT_TOKENS_RATE: _rate(engine.prompt_tokens, scope, prefill),
+        Signal.INPUT_TOKENS_P90: _quantile(engine.prompt_histogram, scope, prefill),
+        Signal.OUTPUT_REQUESTS_RATE: _rate(engine.requests_out, scope, decode),
+        Signal.OUTPUT_TOKENS_RATE: _rate(engine.output_tokens, scope, decode),
+        Signal.OUTPUT_TOKENS_P90: _quantile(engine.output_histogram, scope, decode),
+        Signal.PREFIX_QUERIES_RATE: _rate(engine.prefix_queries, scope, prefill),
+        Signal.PREFIX_HITS_RATE: _rate(engine.prefix_hits, scope, prefill),
         Signal.PREFILL_QUEUE: _gauge("sum", engine.waiting, scope, prefill),
         Signal.DECODE_RUNNING: _gauge("sum", engine.running, scope, decode),
         Signal.DECODE_KV_USAGE: _gauge("avg", engine.kv_usage, scope, decode),
         Signal.TTFT_P90: _quantile(engine.ttft, scope, decode),
         Signal.TPOT_P90: _quantile(engine.tpot, scope, decode),
     }
+    return {signal: query for signal, query in queries.items() if query}
