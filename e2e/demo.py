@@ -59,7 +59,7 @@ def run(demo: Demo, progress_s: float) -> SloClock:
                 pdd=demo.pdd(),
                 fleet=stats,
                 previous=previous,
-                conversions=demo.fleet.conversions,
+                conversions=len(demo.fleet.switches),
             )
             print(line, flush=True)
             previous = stats
@@ -85,7 +85,7 @@ def summary(demo: Demo, clock: SloClock) -> str:
             f" down {scale.downs['prefill']}, decode up {scale.ups['decode']} / down {scale.downs['decode']};"
             f" last binding {autoscaler.get('binding') or '-'} ({', '.join(autoscaler.get('reasons') or [])})",
             f"  operator: {len(demo.event_messages('Converted'))} conversions (Converted events; the fleet saw"
-            f" {demo.fleet.conversions} role switches), {len(demo.event_messages('Created'))} Created and"
+            f" {len(demo.fleet.switches)} role switches), {len(demo.event_messages('Created'))} Created and"
             f" {len(demo.event_messages('Deleted'))} Deleted events",
             f"  logs: {demo.workdir}",
         ]

@@ -56,6 +56,15 @@ def file_sd_scrape_config(sd_file: Path, interval_s: float = 2.0) -> dict[str, A
 
 
 @dataclass(frozen=True)
+class RoleSwitch:
+    """A pod the fleet saw relabelled: when (fleet seconds), which, and into which role."""
+
+    at_s: float
+    pod: str
+    to: Role
+
+
+@dataclass(frozen=True)
 class PodView:
     """What the fleet needs of an instance pod."""
 
@@ -92,7 +101,7 @@ class FleetRunner:
         self.pdd = pdd
         self.sd_file = sd_file
         self.model_name = model_name
-        self.conversions = 0  # role switches the fleet saw (pods relabelled to the other role)
+        self.switches: list[RoleSwitch] = []  # pods relabelled to the other role, as the fleet saw them
         self._api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         self._lock = threading.Lock()
         self._servers: dict[str, ThreadingHTTPServer] = {}
@@ -122,6 +131,11 @@ class FleetRunner:
     def stats(self) -> FleetStats:
         with self._lock:
             return self.fleet.stats()
+
+    def roles(self) -> dict[str, Role]:
+        """Each simulated engine's pod and role."""
+        with self._lock:
+            return self.fleet.roles()
 
     def metrics_text(self, pod: str) -> str | None:
         with self._lock:
@@ -168,7 +182,7 @@ class FleetRunner:
             with self._lock:
                 if pod.role is not known.role:
                     self.fleet.set_role(name, pod.role)
-                    self.conversions += 1
+                    self.switches.append(RoleSwitch(self.fleet.now_s, name, pod.role))
                     changed = True
                 if pod.serving != known.serving:
                     self.fleet.set_serving(name, pod.serving)

@@ -165,10 +165,9 @@ def _controller_args(namespace: str, settings: DemoSettings) -> list[str]:
 
 
 @contextlib.contextmanager
-def demo_stack(cluster: LocalCluster, settings: DemoSettings) -> Iterator[Demo]:
+def demo_stack(cluster: LocalCluster, settings: DemoSettings, namespace: str = "xpyd-demo") -> Iterator[Demo]:
     """Everything the demo runs, on `cluster`; each piece is stopped (by pid) on exit, in reverse order."""
     workdir = Path(tempfile.mkdtemp(prefix="xpyd-demo-"))
-    namespace = "xpyd-demo"
     cluster.install_crd(CRD_PATH)
     cluster.kubectl("create", "namespace", namespace, check=False)
     sd_file = workdir / "targets.json"

@@ -199,7 +199,7 @@ def test_a_switch_keeps_counters_and_re_routes_work_in_flight(drained: bool) -> 
     live.set_role("d1", Role.PREFILL)
     live.set_serving("d1", True)
     after = live.metrics_text("d1", "m")
-    assert live.role_of("d1") is Role.PREFILL
+    assert live.roles()["d1"] is Role.PREFILL
     assert live.stats().recomputed == in_flight
     generated = "vllm:request_generation_tokens_count"
     assert sample(after, generated) == sample(before, generated) > 0  # no restart: counters stay
@@ -215,7 +215,7 @@ def test_removing_a_busy_instance_loses_no_request() -> None:
     live.advance(30.0)
     live.remove("d0")
     live.remove("p0")
-    assert sorted(live.keys()) == ["d1", "p1"]
+    assert sorted(live.roles()) == ["d1", "p1"]
     live.advance(5.0)
     assert conserved(live)
 

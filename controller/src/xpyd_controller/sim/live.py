@@ -192,14 +192,12 @@ class LiveFleet:
         if serving:
             self._release_waiting(instance.role)
 
-    def keys(self) -> list[str]:
-        return list(self._instances)
+    def roles(self) -> dict[str, Role]:
+        """Every instance's key and current role."""
+        return {key: instance.role for key, instance in self._instances.items()}
 
     def __contains__(self, key: object) -> bool:
         return key in self._instances
-
-    def role_of(self, key: str) -> Role:
-        return self._instance(key).role
 
     def metrics_text(self, key: str, model_name: str) -> str:
         """The instance's /metrics body right now."""

@@ -1,0 +1,111 @@
+"""End to end: the demo's stack, time-compressed — the controller sizes the pools from what Prometheus
+scraped off the live fleet, and the operator converts instances when the mix swings.
+
+Real pieces only: the local cluster, the operator and controller as subprocesses, a real Prometheus
+scraping the simulated engines through a file_sd target list that follows the pods.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import wait_until
+from e2e.stack import PDD_NAME, Demo, DemoSettings, demo_stack
+from xpyd_api.names import Role
+
+pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
+
+# Long outputs for 50 s, long prompts for 50 s, long outputs again: each phase outlasts the controller's
+# 15 s window plus a few 3 s decision intervals.
+SETTINGS = DemoSettings(
+    minutes=2.5, rate=4.0, swing_s=50.0, rate_window_s=15.0, interval_s=3.0, scale_down_window_s=6.0, seed=3
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The PDDeployment as seen once a second, at fleet time `at_s`."""
+
+    at_s: float
+    prefill: int
+    decode: int
+    ready: tuple[int, int]
+    autoscaler: dict[str, Any]
+
+
+def record(demo: Demo) -> list[Sample]:
+    samples = []
+    deadline = time.monotonic() + SETTINGS.minutes * 60.0
+    while time.monotonic() < deadline:
+        body = demo.pdd()
+        spec, status = body["spec"], body.get("status") or {}
+        ready = tuple((status.get(role) or {}).get("ready", 0) for role in ("prefill", "decode"))
+        samples.append(
+            Sample(
+                demo.fleet.stats().now_s,
+                spec["prefill"]["replicas"],
+                spec["decode"]["replicas"],
+                (ready[0], ready[1]),
+                status.get("autoscaler") or {},
+            )
+        )
+        time.sleep(1.0)
+    return samples
+
+
+def fleet_matches_pods(demo: Demo) -> bool:
+    """The fleet has one engine per live instance pod, in the pod's role."""
+    selector = f"xpyd.dev/pdd={PDD_NAME},xpyd.dev/component=instance"
+    pods = json.loads(
+        demo.cluster.kubectl("get", "pods", "-n", demo.namespace, "-l", selector, "-o", "json").stdout
+    )
+    roles = {
+        pod["metadata"]["name"]: Role(pod["metadata"]["labels"]["xpyd.dev/role"])
+        for pod in pods["items"]
+        if not pod["metadata"].get("deletionTimestamp")
+    }
+    return roles == demo.fleet.roles()
+
+
+def test_the_controller_follows_the_mix_and_the_operator_converts(
+    kube_cluster: LocalCluster, namespace: str
+) -> None:
+    with demo_stack(kube_cluster, SETTINGS, namespace) as demo:
+        samples = record(demo)
+        try:
+            informed = [s for s in samples if s.autoscaler.get("binding") not in (None, "missing_data")]
+            assert informed, "the controller never decided from Prometheus data"
+            inputs = informed[-1].autoscaler["inputs"]
+            assert informed[-1].autoscaler["missingData"] == []
+            assert inputs["arrivalRate"] == pytest.approx(SETTINGS.rate, rel=0.35)
+            assert inputs["meanInputTokens"] > 0 and inputs["meanOutputTokens"] > 0
+
+            decisions = demo.event_messages("ScaleDecision")
+            assert decisions, "the controller never wrote replicas"
+            sizes = [(s.prefill, s.decode) for s in samples]
+            assert len(set(sizes)) > 1, f"the pools never changed: {sizes}"
+            changed = sizes.index(next(size for size in sizes if size != sizes[0]))
+            assert any(s.ready == (s.prefill, s.decode) for s in samples[changed:]), (
+                "the operator never caught up"
+            )
+
+            converted = demo.event_messages("Converted")
+            switches = demo.fleet.switches
+            assert converted and len(switches) >= len(converted) > 0
+            long_outputs = [s for s in switches if (s.at_s // SETTINGS.swing_s) % 2 == 0]
+            assert any(s.to is Role.DECODE for s in long_outputs), f"no switch into decode: {switches}"
+
+            wait_until(lambda: fleet_matches_pods(demo), 15, "the fleet to follow the instance pods")
+            stats = demo.fleet.stats()
+            assert stats.arrived == stats.completed + stats.in_system and stats.completed > 0
+        except AssertionError:
+            print(f"--- samples ---\n{samples}\n--- switches ---\n{demo.fleet.switches}")
+            print(f"--- controller ---\n{demo.controller.log_tail(80)}")
+            print(f"--- operator ---\n{demo.operator.log_tail(80)}")
+            raise
