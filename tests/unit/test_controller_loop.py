@@ -120,8 +120,13 @@ class FakeTelemetry:
     def __init__(self) -> None:
         self.records: list[tuple[str, DecisionRecord]] = []
 
+        self.forgotten: list[tuple[str, str]] = []
+
     def record_decision(self, pdd: PDDeployment, record: DecisionRecord) -> None:
         self.records.append((pdd.name, record))
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.forgotten.append((namespace, name))
 
 
 def controller(cluster: FakeCluster, metrics: FakeMetrics) -> tuple[Controller, FakeTelemetry]:
@@ -225,13 +230,15 @@ def test_event_only_when_desired_changes() -> None:
     assert [e[1] for e in cluster.events].count("ScaleDecision") == 1
 
 
-def test_forgets_deleted_objects() -> None:
-    cluster = FakeCluster(pdd("a"), pdd("b"))
-    loop, _ = controller(cluster, FakeMetrics(BUSY))
-    assert len(loop.run_pass(1000.0)) == 2
+def test_forgets_deleted_and_switched_off_objects() -> None:
+    cluster = FakeCluster(pdd("a"), pdd("b"), pdd("c"))
+    loop, telemetry = controller(cluster, FakeMetrics(BUSY))
+    assert len(loop.run_pass(1000.0)) == 3
     del cluster.objects["a"]
+    cluster.objects["c"]["spec"]["autoscaling"]["mode"] = "Off"
     loop.run_pass(1010.0)
     assert set(loop._tracked) == {"uid-b"}
+    assert sorted(telemetry.forgotten) == [("ns", "a"), ("ns", "c")]
 
 
 @pytest.mark.parametrize(

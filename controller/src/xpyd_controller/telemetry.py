@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from xpyd_api.models import PDDeployment
@@ -72,6 +74,18 @@ class PrometheusTelemetry:
             value = record.decision.details.get(key)
             if value is not None:
                 gauge.labels(*names).set(value)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the gauges of a PDDeployment that is gone or no longer autoscaled (counters stay)."""
+        for role in Role:
+            self._remove(self.desired, namespace, name, str(role))
+        for gauge in (self.predicted_ttft, self.predicted_tpot):
+            self._remove(gauge, namespace, name)
+
+    @staticmethod
+    def _remove(gauge: Gauge, *labels: str) -> None:
+        with contextlib.suppress(KeyError):  # never set for this object
+            gauge.remove(*labels)
 
     def record_pass(self, seconds: float) -> None:
         self.loop_seconds.observe(seconds)

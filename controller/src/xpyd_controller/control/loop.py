@@ -61,6 +61,8 @@ class Telemetry(Protocol):
 
     def record_decision(self, pdd: PDDeployment, record: DecisionRecord) -> None: ...
 
+    def forget(self, namespace: str, name: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -73,6 +75,8 @@ class Settings:
 class _Tracked:
     """What the loop remembers about one PDDeployment between passes."""
 
+    namespace: str
+    name: str
     context: PolicyContext | None = None
     policy: Policy | None = None
     next_due: float = 0.0
@@ -119,7 +123,7 @@ class Controller:
             if pdd.spec.autoscaling.mode is AutoscalingMode.OFF:
                 continue
             seen.add(pdd.uid)
-            tracked = self._tracked.setdefault(pdd.uid, _Tracked())
+            tracked = self._tracked.setdefault(pdd.uid, _Tracked(pdd.namespace, pdd.name))
             if now < tracked.next_due:
                 continue
             tracked.next_due = now + pdd.spec.autoscaling.interval_seconds
@@ -130,8 +134,9 @@ class Controller:
                 continue
             if record is not None:
                 records.append(record)
-        for uid in set(self._tracked) - seen:
-            del self._tracked[uid]  # deleted, or autoscaling turned Off: its windows start afresh later
+        for uid in set(self._tracked) - seen:  # deleted, or autoscaling turned Off
+            gone = self._tracked.pop(uid)  # its windows start afresh if it comes back
+            self.telemetry.forget(gone.namespace, gone.name)  # no stale desired sizes on /metrics
         return records
 
     def _policy(self, pdd: PDDeployment, tracked: _Tracked) -> Policy:
