@@ -68,10 +68,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         labels = LabelNames(args.label_namespace, args.label_pdd, args.label_role)
         settings = Settings(policy=args.policy, window_s=args.rate_window, labels=labels)
+        api = connect(args.kubeconfig)
     except ValueError as error:
         print(f"xpyd controller: {error}", file=sys.stderr)
         return 2
-    cluster = ControllerCluster(connect(args.kubeconfig), args.namespace)
+    cluster = ControllerCluster(api, args.namespace)
     telemetry = PrometheusTelemetry()
     if args.metrics_port:
         telemetry.serve(args.metrics_port, args.metrics_address)

@@ -21,7 +21,14 @@ from xpyd_controller.control.pools import pool_states
 from xpyd_controller.control.setup import limits, policy_context
 from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch, timestamp
 from xpyd_controller.metrics.observation import build_observation, missing_signals
-from xpyd_controller.metrics.promql import ENGINE_METRICS, LabelNames, Scope, Signal, build_queries
+from xpyd_controller.metrics.promql import (
+    ENGINE_METRICS,
+    LabelNames,
+    Scope,
+    Signal,
+    build_queries,
+    check_window,
+)
 from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Policy
@@ -69,6 +76,9 @@ class Settings:
     policy: str = "xpyd"
     window_s: float = 60.0  # rate window of the PromQL queries
     labels: LabelNames = field(default_factory=LabelNames)
+
+    def __post_init__(self) -> None:
+        check_window(self.window_s)
 
 
 @dataclass

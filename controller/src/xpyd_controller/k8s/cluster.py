@@ -23,14 +23,21 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
 def connect(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster service account when running in a pod, else the given (or default) kubeconfig."""
+    """In-cluster service account when running in a pod, else the given (or default) kubeconfig.
+
+    Raises ValueError naming where it looked when neither gives credentials.
+    """
     if kubeconfig is None:
         try:
             config.load_incluster_config()
             return client.ApiClient()
         except config.ConfigException:
             pass
-    config.load_kube_config(config_file=kubeconfig)
+    try:
+        config.load_kube_config(config_file=kubeconfig)
+    except (config.ConfigException, OSError) as error:
+        where = kubeconfig or "the in-cluster service account and $KUBECONFIG (~/.kube/config)"
+        raise ValueError(f"no Kubernetes credentials in {where}: {error}") from None
     return client.ApiClient()
 
 

@@ -118,6 +118,12 @@ ENGINE_METRICS: Mapping[EngineType, EngineMetrics] = {
 }
 
 
+def check_window(window_s: float) -> None:
+    """Rates need at least two samples; below a second no scrape setup provides them."""
+    if not window_s >= 1:
+        raise ValueError(f"rate window = {window_s!r} s: must be at least 1 s")
+
+
 def _quote(value: str) -> str:
     """A PromQL string literal (backslashes and double quotes escaped)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -133,8 +139,7 @@ class Scope:
     labels: LabelNames = LabelNames()
 
     def __post_init__(self) -> None:
-        if not self.window_s >= 1:
-            raise ValueError(f"rate window = {self.window_s!r} s: must be at least 1 s")
+        check_window(self.window_s)
 
     def selector(self, role: Role) -> str:
         names = self.labels
