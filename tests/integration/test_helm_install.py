@@ -176,6 +176,8 @@ def test_install_rbac_upgrade_uninstall(
         "operator": {"healthPort": free_port()},
         "controller": {"metricsPort": free_port()},
         "routerAccess": {"enabled": True, "namespaces": [] if watched else [namespace]},
+        # This cluster has no prometheus-operator: the monitor is skipped and NOTES.txt says why.
+        "monitoring": {"podMonitor": {"enabled": True}},
     }
     env = kube_cluster.env()
     # Negative control: RBAC is enforced, so an account without grants is refused.
@@ -185,7 +187,10 @@ def test_install_rbac_upgrade_uninstall(
     installed = helm(*install, "--timeout=120s", values=values, env=env)
     try:
         assert installed.returncode == 0, installed.stderr
-        assert "kubectl get pdd" in installed.stdout  # NOTES.txt
+        notes = installed.stdout.split("NOTES:", 1)[1]
+        assert f"deploy/{release}-xpyd-operator" in notes and "kubectl get pdd" in notes
+        assert f'router ServiceAccount "{ROUTER_ACCOUNT}" (get/list/watch pods) in: {namespace}' in notes
+        assert "does not serve monitoring.coreos.com/v1\nPodMonitor" in notes
         _assert_installed(kube_cluster, release_ns, release, watched or [""])
         _assert_controller_grants(kube_cluster, release_ns, release, namespace, unwatched_allowed=not watched)
         operator_account = f"{release_ns}:{release}-xpyd-operator"
