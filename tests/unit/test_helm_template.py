@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import tarfile
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,6 +68,21 @@ def test_helm_lint_is_clean() -> None:
     result = helm("lint", "--strict", str(CHART_DIR))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+def test_helm_package_ships_the_crd_schema_and_dashboard(tmp_path: Path) -> None:
+    result = helm("package", str(CHART_DIR), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (archive,) = tmp_path.glob("xpyd-*.tgz")
+    with tarfile.open(archive) as packed:
+        names = set(packed.getnames())
+    expected = {
+        "crds/pddeployments.xpyd.dev.yaml",
+        "values.schema.json",
+        "dashboards/xpyd.json",
+        "templates/NOTES.txt",
+    }
+    assert {f"xpyd/{name}" for name in expected} <= names
 
 
 @pytest.mark.parametrize(
