@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "crds" / "samples" / "minimal.yaml"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 ROUTER_ACCOUNT = "xpyd-router"
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
 RELEASE_KINDS = "deployment,replicaset,pod,service,serviceaccount,role,rolebinding"
 
 
@@ -145,6 +146,17 @@ def _assert_upgrade_drops_the_controller(
     assert not _can(cluster, controller_account, workload, "list", "pddeployments.xpyd.dev")
 
 
+def _restricted_namespace(cluster: LocalCluster, name: str) -> None:
+    """A namespace enforcing the restricted Pod Security Standard: the API server admits the chart's pods
+    only if their security contexts comply. A privileged pod is refused there (the control)."""
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, f"{POD_SECURITY_LABEL}=restricted")
+    privileged = cluster.kubectl(
+        "run", "probe", "--image=x", "--privileged", "--dry-run=server", "-n", name, check=False
+    )
+    assert privileged.returncode != 0 and "violates PodSecurity" in privileged.stderr, privileged.stderr
+
+
 def _advisory_sample(dead_prometheus: str) -> dict[str, Any]:
     """crds/samples/minimal.yaml with the controller in Advisory mode against a Prometheus that is down:
     the controller still lists it, records "no data" in status.autoscaler and holds the sizes. The router
@@ -167,7 +179,7 @@ def _has_autoscaler_status(cluster: LocalCluster, namespace: str) -> bool:
 def test_install_rbac_upgrade_uninstall(
     kube_cluster: LocalCluster, namespace: str, tmp_path: Path, mode: str
 ) -> None:
-    """Release in its own namespace (created by helm), the PDDeployment in the test's namespace."""
+    """Release in its own restricted namespace, the PDDeployment in the test's namespace."""
     release = f"x{uuid.uuid4().hex[:6]}"
     release_ns = f"xpyd-{release}"
     watched = [namespace] if mode == "Namespaces" else []
@@ -183,8 +195,9 @@ def test_install_rbac_upgrade_uninstall(
     # Negative control: RBAC is enforced, so an account without grants is refused.
     assert not _can(kube_cluster, f"{namespace}:nobody", namespace, "get", "pods")
 
-    install = ["install", release, str(CHART_DIR), "-n", release_ns, "--create-namespace", "--wait"]
-    installed = helm(*install, "--timeout=120s", values=values, env=env)
+    _restricted_namespace(kube_cluster, release_ns)
+    install = ["install", release, str(CHART_DIR), "-n", release_ns, "--wait", "--timeout=120s"]
+    installed = helm(*install, values=values, env=env)
     try:
         assert installed.returncode == 0, installed.stderr
         notes = installed.stdout.split("NOTES:", 1)[1]
