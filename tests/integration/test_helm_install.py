@@ -1,8 +1,9 @@
-"""The chart on the real local cluster: install, RBAC proven by the real operator, uninstall.
+"""The chart on the real local cluster: install, RBAC proven by the real processes, upgrade, uninstall.
 
-The operator runs here as a subprocess (kwok pods run nothing) with exactly the command and arguments the
-installed Deployment carries, authenticated with a token of the chart's operator ServiceAccount: a verb
-missing from the chart's RBAC leaves the sample PDDeployment un-Ready and fails the test.
+kwok pods run nothing, so the operator and the controller run here as subprocesses, each with exactly the
+command and arguments its installed Deployment carries and authenticated with a token of the chart's
+ServiceAccount for it: a verb missing from the chart's RBAC leaves the sample PDDeployment un-Ready (or
+without status.autoscaler) and fails the test.
 """
 
 from __future__ import annotations
@@ -84,12 +85,10 @@ def _assert_installed(cluster: LocalCluster, namespace: str, release: str, roles
     components = sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
     assert components == ["controller", "operator"]
     for pod in pods:
+        component = pod["metadata"]["labels"]["app.kubernetes.io/component"]
         assert pod["status"]["phase"] == "Running"
         assert pod["spec"]["nodeName"] in cluster.nodes
-        assert (
-            pod["spec"]["serviceAccountName"]
-            == f"{release}-xpyd-{pod['metadata']['labels']['app.kubernetes.io/component']}"
-        )
+        assert pod["spec"]["serviceAccountName"] == f"{release}-xpyd-{component}"
     for component in ("operator", "controller"):
         cluster.kubectl("get", "serviceaccount", f"{release}-xpyd-{component}", "-n", namespace)
         for role_namespace in roles_in:
