@@ -86,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    if not args.once:
+        cluster.watch(stop)
     logger.info("controller %s started (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
     try:
         while not stop.is_set():

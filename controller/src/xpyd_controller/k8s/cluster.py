@@ -7,6 +7,9 @@ status fields and everything else in the spec are left as they are.
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +21,9 @@ from xpyd_controller.control.lease import LeaseRecord, lease_spec, parse_lease
 from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 
 COMPONENT = "xpyd-controller"
+WATCH_SECONDS = 60  # the server ends each watch after this; the scope is then relisted
+WATCH_RETRY_SECONDS = 2.0
+logger = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
@@ -42,20 +48,76 @@ def connect(kubeconfig: str | None = None) -> client.ApiClient:
 
 
 class ControllerCluster(Kube):
-    """`ClusterPort` and `LeasePort` over one ApiClient; `namespaces` empty means all namespaces."""
+    """`ClusterPort` and `LeasePort` over one ApiClient; `namespaces` empty means all namespaces.
+
+    `watch` keeps the PDDeployments in scope in memory (list, then watch from that resourceVersion,
+    relisting when a watch ends or fails), so a pass reads memory instead of listing every tick; until
+    every scope has been listed once, `list_pdds` asks the API server directly.
+    """
 
     def __init__(self, api: client.ApiClient, namespaces: Sequence[str] = ()) -> None:
         super().__init__(api, component=COMPONENT)
         self.namespaces = tuple(namespaces)
-
-    def list_pdds(self) -> list[dict[str, Any]]:
-        paths = [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in self.namespaces] or [
+        self.paths = [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in self.namespaces] or [
             f"/apis/{GROUP}/{VERSION}/{PLURAL}"
         ]
-        items: list[dict[str, Any]] = []
-        for path in paths:
-            items.extend(self._call("GET", path).get("items", []))
-        return items
+        self._cache: dict[str, dict[str, dict[str, Any]]] = {}  # path → uid → object
+        self._lock = threading.Lock()
+
+    def list_pdds(self) -> list[dict[str, Any]]:
+        with self._lock:
+            if len(self._cache) == len(self.paths):
+                return [body for objects in self._cache.values() for body in objects.values()]
+        return [item for path in self.paths for item in self._call("GET", path).get("items", [])]
+
+    def watch(self, stop: threading.Event) -> list[threading.Thread]:
+        """Start one daemon thread per scope that keeps the cache current until `stop` is set."""
+        threads = [
+            threading.Thread(target=self._watch_scope, args=(path, stop), name=f"watch {path}", daemon=True)
+            for path in self.paths
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _watch_scope(self, path: str, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                listing = self._call("GET", path)
+                with self._lock:
+                    self._cache[path] = {item["metadata"]["uid"]: item for item in listing.get("items", [])}
+                self._follow(path, listing["metadata"]["resourceVersion"], stop)
+            except Exception:  # the API server went away or the watch broke: relist after a pause
+                logger.warning("watch of %s failed; relisting", path, exc_info=True)
+                stop.wait(WATCH_RETRY_SECONDS)
+
+    def _follow(self, path: str, resource_version: str, stop: threading.Event) -> None:
+        """Apply watch events until the server ends the watch (timeout, or an expired version)."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(WATCH_SECONDS)),
+        ]
+        params = self._api.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*params, _request_timeout=(10, WATCH_SECONDS + 15))
+        if response.status >= 400:
+            raise KubeError(response.status, (response.read() or b"").decode(errors="replace"))
+        for line in response.response:
+            if stop.is_set():
+                return
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") == "ERROR":
+                return  # e.g. 410 Gone: the version is too old, relist
+            with self._lock:
+                apply_event(self._cache.setdefault(path, {}), event["type"], event["object"])
 
     def patch_replicas(self, namespace: str, name: str, prefill: int, decode: int) -> None:
         body = {"spec": {"prefill": {"replicas": prefill}, "decode": {"replicas": decode}}}
@@ -104,3 +166,12 @@ class ControllerCluster(Kube):
                 return False
             raise
         return True
+
+
+def apply_event(objects: dict[str, dict[str, Any]], kind: str, body: dict[str, Any]) -> None:
+    """One watch event on a uid → object map."""
+    uid = body["metadata"]["uid"]
+    if kind == "DELETED":
+        objects.pop(uid, None)
+    elif kind in ("ADDED", "MODIFIED"):
+        objects[uid] = body
