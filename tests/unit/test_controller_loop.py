@@ -247,6 +247,10 @@ def test_forgets_deleted_and_switched_off_objects() -> None:
         ({"model": {"preset": None}}, "spec.model.preset is not set, so spec.model.params"),
         ({"model": {"preset": "gpt-9"}}, "spec.model.preset = 'gpt-9': unknown preset"),
         ({"hardware": {"gpu": "tpu"}}, "spec.hardware.gpu = 'tpu': unknown preset"),
+        (
+            {"autoscaling": {"gpuBudget": 1}},
+            "refused the spec: limits.gpu_budget = 1: must cover the minimum pools",
+        ),
     ],
 )
 def test_unusable_spec_is_reported_in_status_and_one_warning(extra: dict[str, Any], message: str) -> None:

@@ -187,7 +187,13 @@ class Controller:
                     pdd, EVENT_NO_METRICS, f"holding the pool sizes: {note}", warning=True
                 )
         else:
-            decision = policy.decide(observation, bounds)
+            try:
+                decision = policy.decide(observation, bounds)
+            except ValueError as error:  # LimitsError: bounds that contradict each other
+                self._report_problem(
+                    pdd, body, tracked, f"policy {policy.name!r} refused the spec: {error}", now
+                )
+                return None
         tracked.problem = note
         record = DecisionRecord(
             observation=observation,
