@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +32,7 @@ from tests.integration.pdd import OperatorFactory, apply, events, get_json, mani
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.usefixtures("pdd_crd")]
 
 ControllerFactory = Callable[..., ControllerProcess]
+XPYD = (sys.executable, "-m", "xpyd_controller.cli")  # the `xpyd` console script
 
 
 @pytest.fixture
@@ -171,6 +174,18 @@ def test_only_the_leader_writes_and_a_successor_takes_over(
 ) -> None:
     dead_prometheus = f"http://127.0.0.1:{free_port()}"
     apply(kube_cluster, namespace, autoscaled("lead", dead_prometheus, mode="Advisory"))
+    once = subprocess.run(  # `xpyd controller --once`: one pass without a Lease, decisions on stdout
+        [*XPYD, "controller", "--namespace", namespace, "--once", "--no-leader-elect", "--metrics-port", "0"],
+        env=kube_cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert once.returncode == 0, once.stderr
+    assert (
+        once.stdout.strip() == "prefill=1 decode=1 applied=False binding=missing_data reasons=NoMetricsHold"
+    )
     ports = {name: free_port() for name in "abc"}
 
     def start(name: str, lease_seconds: int) -> ControllerProcess:
