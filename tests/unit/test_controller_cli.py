@@ -40,8 +40,15 @@ def test_bad_flags_exit_2_naming_the_problem(
     assert message in capsys.readouterr().err
 
 
-def test_namespace_and_all_namespaces_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--namespace", "a", "--all-namespaces"], "not allowed with argument"),
+        (["--namespace", "a", "--policy", "dynamo"], "invalid choice: 'dynamo'"),
+    ],
+)
+def test_argparse_refuses(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
-        main(["controller", "--namespace", "a", "--all-namespaces"])
+        main(["controller", *argv])
     assert stopped.value.code == 2
-    assert "not allowed with argument" in capsys.readouterr().err
+    assert message in capsys.readouterr().err

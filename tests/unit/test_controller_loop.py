@@ -201,6 +201,20 @@ def test_no_series_without_error_names_the_labels() -> None:
     assert cluster.autoscaler("web")["message"] == "no engine series matched the PDDeployment's labels"
 
 
+def test_a_failed_query_among_answers_is_named_in_the_message() -> None:
+    cluster = FakeCluster(pdd())
+    answers = {**BUSY, Signal.TTFT_P90: None}
+    loop, _ = controller(
+        cluster, FakeMetrics(answers, error="Prometheus at http://prom:9090 rejected a query")
+    )
+    [record] = loop.run_pass(1000.0)
+    assert record.decision.binding != "missing_data" and record.applied
+    status = cluster.autoscaler("web")
+    assert status["missingData"] == ["ttft_p90"]
+    assert status["message"] == "Prometheus at http://prom:9090 rejected a query"
+    assert [e[1] for e in cluster.events] == ["ScaleDecision"]  # no MetricsUnavailable: it had data
+
+
 def test_zero_traffic_is_data_not_missing() -> None:
     cluster = FakeCluster(pdd(prefill=2, decode=2, autoscaling={"scaleDownWindowSeconds": 0}))
     loop, _ = controller(cluster, FakeMetrics(IDLE))

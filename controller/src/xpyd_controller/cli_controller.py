@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+# Policies that take the spec's autoscaling windows and tolerance as knobs (control/setup.py).
+LIVE_POLICIES = ("xpyd", "threshold")
+
 DESCRIPTION = """\
 Run the xpyd autoscaling controller: every spec.autoscaling.intervalSeconds, for each PDDeployment whose
 spec.autoscaling.mode is Advisory or Auto, read the engines' metrics from spec.autoscaling.prometheus.url,
@@ -62,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         default="xpyd",
-        help="policy deciding the sizes (xpyd; threshold also reads the spec's knobs)",
+        choices=LIVE_POLICIES,
+        help="policy deciding the sizes (xpyd); both take the spec's windows and tolerance as knobs",
     )
     parser.add_argument(
         "--rate-window", type=float, default=60.0, help="seconds of history behind rates and quantiles (60)"

@@ -204,7 +204,7 @@ class Controller:
             mode=str(spec.autoscaling.mode),
             policy=policy.name,
             generation=pdd.generation,
-            note=note,
+            note=note or (source.last_error or ""),  # a query that failed while others answered
         )
         record = self._apply(pdd, tracked, record)
         self.cluster.patch_status(

@@ -26,7 +26,7 @@ class DecisionRecord:
     mode: str
     policy: str
     generation: int
-    note: str = ""  # why the decision holds, when it was not the policy's (e.g. Prometheus unreachable)
+    note: str = ""  # why data was missing (Prometheus unreachable, a query rejected), if known
 
 
 def timestamp(epoch: float) -> str:
