@@ -1,31 +1,18 @@
-"""Helpers for the controller's cluster tests: the controller as a real subprocess, and loopback
-exporters serving vLLM-named metrics that grow at known rates (open-loop: arrivals do not depend on
-capacity)."""
+"""Helpers for the controller's cluster tests: loopback exporters serving vLLM-named metrics that grow at
+known rates (open-loop: arrivals do not depend on capacity), and reading the controller's /metrics."""
 
 from __future__ import annotations
 
-import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from e2e.harness.loopback import exposition_handler, loopback_server
 
 from xpyd_controller.sim.exposition import EngineSeries, render
-from xpyd_operator.testing import OperatorProcess
-
-
-class ControllerProcess(OperatorProcess):
-    """`python -m xpyd_controller.controller ARGS` against a cluster, with the operator's process handling
-    (own session, SIGKILL by default, log tail)."""
-
-    def __init__(self, env: Mapping[str, str], log_path: Path, args: Sequence[str]) -> None:
-        super().__init__(env, log_path)
-        self.argv = [sys.executable, "-m", "xpyd_controller.controller", *args]
 
 
 def scrape(port: int) -> str:

@@ -21,13 +21,14 @@ from e2e.harness import PrometheusServer
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import free_port, kill_pid, wait_until
 from tests.integration.controller import (
-    ControllerProcess,
     Traffic,
     engine_exporter,
     labelled_scrape_config,
     scrape,
 )
 from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
+
+from xpyd_controller.testing import ControllerProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.usefixtures("pdd_crd")]
 
