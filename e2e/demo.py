@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = DemoSettings(args.minutes, args.rate, args.swing_seconds, seed=args.seed)
     except ValueError as error:
         parser.error(str(error))
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # Ctrl-C and SIGTERM both reach the teardown
+    for stop in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and SIGTERM both reach the teardown (also when
+        signal.signal(stop, _raise_interrupt)  # started in the background, where SIGINT is ignored)
     started = time.monotonic()
     with start_cluster(nodes=args.nodes) as cluster:
         print(

@@ -18,12 +18,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
+from e2e.harness.loopback import exposition_handler, loopback_server
 from xpyd_api.names import (
     ANNOTATION_METRICS_URL,
     COMPONENT_INSTANCE,
@@ -104,7 +104,8 @@ class FleetRunner:
         self.switches: list[RoleSwitch] = []  # pods relabelled to the other role, as the fleet saw them
         self._api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         self._lock = threading.Lock()
-        self._servers: dict[str, ThreadingHTTPServer] = {}
+        self._servers: dict[str, contextlib.ExitStack] = {}  # one loopback /metrics server per pod
+        self._addresses: dict[str, str] = {}
         self._known: dict[str, PodView] = {}
         self._stop = threading.Event()
         self._threads = [
@@ -124,9 +125,9 @@ class FleetRunner:
             if thread.is_alive():
                 thread.join(timeout=10)
         for server in self._servers.values():
-            server.shutdown()
-            server.server_close()
+            server.close()
         self._servers.clear()
+        self._addresses.clear()
 
     def stats(self) -> FleetStats:
         with self._lock:
@@ -137,9 +138,10 @@ class FleetRunner:
         with self._lock:
             return self.fleet.roles()
 
-    def metrics_text(self, pod: str) -> str | None:
+    def metrics_text(self, pod: str) -> str:
+        """The pod's engine's /metrics body; empty once the pod has left the fleet."""
         with self._lock:
-            return self.fleet.metrics_text(pod, self.model_name) if pod in self.fleet else None
+            return self.fleet.metrics_text(pod, self.model_name) if pod in self.fleet else ""
 
     # ---- threads ------------------------------------------------------------------------------------
 
@@ -193,11 +195,14 @@ class FleetRunner:
     def _adopt(self, pod: PodView) -> None:
         with self._lock:
             self.fleet.add(pod.name, pod.role, pod.serving)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(pod.name))
-        threading.Thread(target=server.serve_forever, name=f"metrics-{pod.name}", daemon=True).start()
+        server = contextlib.ExitStack()
+        address = server.enter_context(
+            loopback_server(exposition_handler(lambda: self.metrics_text(pod.name)))
+        )
         self._servers[pod.name] = server
+        self._addresses[pod.name] = address
         self._known[pod.name] = pod
-        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        url = f"http://{address}/metrics"
         annotations = {"metadata": {"annotations": {ANNOTATION_METRICS_URL: url}}}
         with contextlib.suppress(client.ApiException):  # deleted meanwhile: the next poll drops it
             self._api.patch_namespaced_pod(pod.name, self.namespace, annotations)
@@ -208,37 +213,19 @@ class FleetRunner:
                 self.fleet.remove(name)
         server = self._servers.pop(name, None)
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()
+        self._addresses.pop(name, None)
         self._known.pop(name, None)
-
-    def _handler(self, pod: str) -> type[BaseHTTPRequestHandler]:
-        runner = self
-
-        class Metrics(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                text = runner.metrics_text(pod) if self.path.split("?")[0] == "/metrics" else None
-                body = (text or "not found\n").encode()
-                self.send_response(200 if text is not None else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Metrics
 
     def _write_targets(self) -> None:
         """Rewrite the file_sd file atomically (Prometheus must never read half of it)."""
         targets = [
             {
-                "targets": [f"127.0.0.1:{self._servers[name].server_address[1]}"],
+                "targets": [self._addresses[name]],
                 "labels": {"namespace": self.namespace, "pdd": self.pdd, "role": str(pod.role), "pod": name},
             }
             for name, pod in sorted(self._known.items())
-            if name in self._servers
+            if name in self._addresses
         ]
         partial = self.sd_file.with_suffix(".tmp")
         partial.write_text(json.dumps(targets, indent=1))

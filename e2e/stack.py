@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
 from xpyd_controller.sim.config import GoodputSlo, Hardware
 from xpyd_controller.sim.live import FleetStats, LiveFleet, LiveTraffic
 from xpyd_controller.sim.traces.synthetic import Constant, MixDrift, PiecewiseLinear, UniformLengths
+from xpyd_controller.testing import ControllerProcess
 from xpyd_operator.testing import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,14 +115,6 @@ def live_fleet(manifest: Mapping[str, Any], settings: DemoSettings) -> LiveFleet
     lengths = MixDrift(LONG_OUTPUTS, LONG_PROMPTS, mix_weight(settings.swing_s, duration))
     slo = GoodputSlo(ttft_s=spec.slo.ttft_seconds, tpot_s=spec.slo.tpot_seconds, max_token_gap_s=None)
     return LiveFleet(hardware, LiveTraffic(Constant(settings.rate), lengths), slo, seed=settings.seed)
-
-
-class ControllerProcess(OperatorProcess):
-    """`python -m xpyd_controller.controller ARGS`, with the operator process's handling (own session)."""
-
-    def __init__(self, env: Mapping[str, str], log_path: Path, args: list[str]) -> None:
-        super().__init__(env, log_path)
-        self.argv = [sys.executable, "-m", "xpyd_controller.controller", *args]
 
 
 @dataclass
