@@ -277,6 +277,19 @@ def test_unusable_spec_is_reported_in_status_and_one_warning(extra: dict[str, An
     assert cluster.replica_writes == []
 
 
+def test_an_invalid_spec_is_skipped_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    broken = pdd("bad")
+    broken["spec"]["prefill"]["replicas"] = 99  # above maxReplicas: the operator reports InvalidSpec
+    cluster = FakeCluster(broken, pdd("good"))
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    assert [r.decision.binding != "" for r in loop.run_pass(1000.0)] == [True]
+    loop.run_pass(1010.0)
+    warnings = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("skipping ns/bad: ")
+    assert "spec.prefill.replicas=99 must be within" in warnings[0]
+    assert "status" not in cluster.objects["bad"]
+
+
 def test_status_replaces_stale_fields() -> None:
     cluster = FakeCluster(pdd())
     cluster.objects["web"]["status"] = {"ready": 1, "autoscaler": {"oldField": 1, "inputs": {"gone": 2}}}

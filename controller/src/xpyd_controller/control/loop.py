@@ -119,6 +119,7 @@ class Controller:
         self.telemetry = telemetry
         self.settings = settings
         self._tracked: dict[str, _Tracked] = {}
+        self._invalid: dict[str, str] = {}  # uid → the spec error last logged for it
 
     def run_pass(self, now: float) -> list[DecisionRecord]:
         """One look at every PDDeployment in scope; decides those whose interval has elapsed."""
@@ -127,8 +128,13 @@ class Controller:
         for body in self.cluster.list_pdds():
             try:
                 pdd = parse_pdd(body)
-            except SpecError as error:
-                logger.warning("skipping %s: %s", (body.get("metadata") or {}).get("name"), error)
+            except SpecError as error:  # the operator reports it (InvalidSpec); say it once here
+                metadata = body.get("metadata") or {}
+                if self._invalid.get(metadata.get("uid", "")) != str(error):
+                    logger.warning(
+                        "skipping %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error
+                    )
+                    self._invalid[metadata.get("uid", "")] = str(error)
                 continue
             if pdd.spec.autoscaling.mode is AutoscalingMode.OFF:
                 continue
