@@ -125,16 +125,18 @@ class Controller:
         """One look at every PDDeployment in scope; decides those whose interval has elapsed."""
         records = []
         seen = set()
+        invalid: dict[str, str] = {}  # uid → spec error, this pass
         for body in self.cluster.list_pdds():
             try:
                 pdd = parse_pdd(body)
             except SpecError as error:  # the operator reports it (InvalidSpec); say it once here
                 metadata = body.get("metadata") or {}
-                if self._invalid.get(metadata.get("uid", "")) != str(error):
+                uid = metadata.get("uid", "")
+                invalid[uid] = str(error)
+                if self._invalid.get(uid) != invalid[uid]:
                     logger.warning(
                         "skipping %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error
                     )
-                    self._invalid[metadata.get("uid", "")] = str(error)
                 continue
             if pdd.spec.autoscaling.mode is AutoscalingMode.OFF:
                 continue
@@ -153,6 +155,7 @@ class Controller:
         for uid in set(self._tracked) - seen:  # deleted, or autoscaling turned Off
             gone = self._tracked.pop(uid)  # its windows start afresh if it comes back
             self.telemetry.forget(gone.namespace, gone.name)  # no stale desired sizes on /metrics
+        self._invalid = invalid
         return records
 
     def _policy(self, pdd: PDDeployment, tracked: _Tracked) -> Policy:
