@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 from e2e.harness import PrometheusServer
-from e2e.harness.loopback import loopback_server
+from e2e.harness.loopback import exposition_handler, loopback_server
 from e2e.harness.procs import wait_until
 from e2e.harness.prometheus import scrape_config
 
@@ -17,22 +16,13 @@ pytestmark = pytest.mark.prometheus
 EXPORTED_VALUE = 1234.5
 
 
-class _Exporter(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = f'# TYPE xpyd_smoke_value gauge\nxpyd_smoke_value{{role="decode"}} {EXPORTED_VALUE}\n'.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _exposition() -> str:
+    return f'# TYPE xpyd_smoke_value gauge\nxpyd_smoke_value{{role="decode"}} {EXPORTED_VALUE}\n'
 
 
 @pytest.fixture
 def exporter() -> Iterator[str]:
-    with loopback_server(_Exporter) as address:
+    with loopback_server(exposition_handler(_exposition)) as address:
         yield address
 
 
