@@ -31,6 +31,7 @@ from xpyd_controller.policy.types import Decision, Limits, Observation
 from xpyd_controller.sim.policies import policy_context
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import Scenario, load_scenario, mix_swing
+from xpyd_controller.sim.traces import Trace
 
 SUBSECTION = "### xpyd decision cost (`benchmarks/policy_decide_speed.py`)"
 SOURCE = "controller/src/xpyd_controller/policy/xpyd.py"
@@ -64,12 +65,7 @@ class Recorder:
         return self.inner.decide(observation, limits)
 
 
-def recorded(scenario: Scenario, seed: int) -> tuple[PolicyContext, list[tuple[Observation, Limits]]]:
-    trace = (
-        build_trace(scenario, seed, DRIFT_HOURS)
-        if scenario.name != "mix-swing"
-        else scenario.traffic.build(seed)
-    )
+def recorded(scenario: Scenario, trace: Trace) -> tuple[PolicyContext, list[tuple[Observation, Limits]]]:
     context = policy_context(scenario.config)
     recorder = Recorder(context)
     simulate(scenario.config, trace, recorder, limits=scenario.limits)
@@ -99,8 +95,10 @@ def main() -> int:
     args = parser.parse_args()
     baseline = module_at(args.against)
     rows = []
-    for scenario in (load_scenario("azure-drift-day"), mix_swing()):
-        context, calls = recorded(scenario, seed=1)
+    drift, swing = load_scenario("azure-drift-day"), mix_swing()
+    runs = ((drift, build_trace(drift, 1, DRIFT_HOURS)), (swing, swing.traffic.build(1)))
+    for scenario, trace in runs:
+        context, calls = recorded(scenario, trace)
         ours, theirs = [], []
         for _ in range(args.runs):
             seconds, our_counts = replay(xpyd, context, calls)
