@@ -2,7 +2,7 @@
 
 Variants are knob maps passed the way a deployment passes them (`PolicyContext.knobs`, validated by
 `configure`), so what is measured is what `xpyd simulate --knob` and the controller run. Scenarios:
-the drift day (compressed like `autoscaling.py --hours`), `mix-swing`, and a heavier-chat mix-swing
+the drift day (compressed like `autoscaling.py --hours`), `mix-swing`, and `mix-swing-heavy-chat`
 (8 instead of 6 req/s: the chat phase fills the decode KV cache, so a TTFT miss there is decode's).
 Per run it also times every `decide` call (the policy's own cost per decision). Mean and 95 %
 confidence interval (Student t) over seeds, the same seeds for every variant.
@@ -28,10 +28,9 @@ from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy
 from xpyd_controller.sim.policies import policy_context
 from xpyd_controller.sim.runner import simulate
-from xpyd_controller.sim.scenarios import Scenario, load_scenario, mix_swing
+from xpyd_controller.sim.scenarios import Scenario, load_scenario
 
 SUBSECTION = "### xpyd policy variants (`benchmarks/policy_variants.py`)"
-HEAVY_CHAT_RATE = 8.0  # req/s on mix-swing's fleet: the chat phase runs the decode KV cache full
 VARIANTS: dict[str, dict[str, float]] = {
     "defaults": {},
     "context_quantile=0.99": {"context_quantile": 0.99},
@@ -45,14 +44,7 @@ COLUMNS = [m for m in METRICS if m[0] in SHOWN] + [
 
 
 def scenario(key: str) -> Scenario:
-    if key == "drift":
-        return load_scenario("azure-drift-day")
-    swing = mix_swing()
-    if key == "mix-swing":
-        return swing
-    heavy = dataclasses.replace(swing.traffic, rate=HEAVY_CHAT_RATE)
-    description = swing.description.replace("a flat 6 req/s", f"a flat {HEAVY_CHAT_RATE:g} req/s")
-    return dataclasses.replace(swing, name="mix-swing-heavy-chat", traffic=heavy, description=description)
+    return load_scenario("azure-drift-day" if key == "drift" else key)
 
 
 SCENARIOS = ("drift", "mix-swing", "mix-swing-heavy-chat")

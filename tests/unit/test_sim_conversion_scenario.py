@@ -60,6 +60,14 @@ def test_mix_swing_is_a_builtin_driven_by_xpyd() -> None:
     assert scenario.traffic.duration_s == 4 * 3600.0
 
 
+def test_the_heavy_chat_swing_is_mix_swing_at_a_higher_rate() -> None:
+    swing, heavy = load_scenario("mix-swing"), load_scenario("mix-swing-heavy-chat")
+    assert (swing.traffic.rate, heavy.traffic.rate) == (6.0, 8.0)
+    assert heavy.config == swing.config and heavy.limits == swing.limits
+    assert dataclasses.replace(heavy.traffic, rate=6.0) == swing.traffic
+    assert "8 req/s" in heavy.description
+
+
 @pytest.mark.parametrize("period", [0.0, -60.0, float("inf"), float("nan")])
 def test_a_bad_mix_period_is_rejected_by_name(period: float) -> None:
     with pytest.raises(SimConfigError, match=r"traffic\.mix_period_s"):

@@ -232,18 +232,22 @@ _SWING_SLO = GoodputSlo(ttft_s=2.0, tpot_s=0.06, max_token_gap_s=None)
 _SWING_LIMITS = Limits(prefill_min=1, prefill_max=16, decode_min=1, decode_max=16)
 
 
-def mix_swing(hours: float = 4.0) -> Scenario:
-    """The role-conversion scenario (`mix-swing`), `hours` long (the mix swings every 2 h)."""
+def mix_swing(hours: float = 4.0, rate: float = 6.0, name: str = "mix-swing") -> Scenario:
+    """The role-conversion scenario (`mix-swing`), `hours` long (the mix swings every 2 h).
+
+    At 8 req/s (`mix-swing-heavy-chat`) the chat phase runs the decode KV cache full, so requests
+    wait for decode admission after their prefill: the case where a TTFT miss is decode's.
+    """
     return Scenario(
-        name="mix-swing",
+        name=name,
         description=(
-            f"{hours:g} h at a flat 6 req/s, 70B on 4-GPU H100 instances, the mix swinging every 2 h "
+            f"{hours:g} h at a flat {rate:g} req/s, 70B on 4-GPU H100 instances, the mix swinging every 2 h "
             "between long-output chat and long-prompt RAG (prefill and decode needs move oppositely)"
         ),
         config=SimConfig(_H100_70B_TP4, Fleet("disagg", 2, 3), _SWING_REALISM, _SWING_SLO, _DAY_CONTROL),
         traffic=Traffic(
             "drift",
-            rate=6.0,
+            rate=rate,
             swing=0.0,
             duration_s=hours * 3600.0,
             mix_period_s=2 * 3600.0,
@@ -306,6 +310,7 @@ def builtin_scenarios() -> dict[str, Scenario]:
             (2, 4),
         ),
         "mix-swing": mix_swing(),
+        "mix-swing-heavy-chat": mix_swing(rate=8.0, name="mix-swing-heavy-chat"),
     }
 
 
