@@ -76,7 +76,7 @@ def test_scale_decisions_are_tallied_per_role_and_direction(
 
 
 def _stats(completed: int, within: int, in_system: int) -> FleetStats:
-    return FleetStats(0.0, completed + in_system, completed, within, 0, in_system, 0, {}, {})
+    return FleetStats(0.0, completed + in_system, completed, within, 0, in_system, 0)
 
 
 def test_the_progress_line_shows_pools_binding_conversions_and_slo() -> None:

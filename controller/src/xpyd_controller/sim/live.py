@@ -127,8 +127,6 @@ class FleetStats:
     recomputed: int  # requests handed back by an instance removed or switched while holding them
     in_system: int
     waiting_for_instance: int  # held by the router: no serving instance of the role they need
-    instances: dict[Role, int]
-    serving: dict[Role, int]
 
 
 class LiveFleet:
@@ -220,8 +218,6 @@ class LiveFleet:
             recomputed=self._recomputed,
             in_system=held + waiting,
             waiting_for_instance=waiting,
-            instances={r: sum(i.role is r for i in self._instances.values()) for r in Role},
-            serving={r: sum(i.role is r and i.serving for i in self._instances.values()) for r in Role},
         )
 
     # ---- time ---------------------------------------------------------------------------------------
