@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from bench_docs import replace_section
+from bench_docs import publish
 from xpyd_controller.policy.types import Limits
 from xpyd_controller.sim.config import Control, Fleet, SimConfig
 from xpyd_controller.sim.policies import build_policy, policy_names
@@ -224,10 +224,7 @@ def main() -> int:
     started = time.perf_counter()
     outcomes = run_all(run_one, jobs, args.jobs)
     text = markdown(outcomes, table, policies, args, time.perf_counter() - started)
-    print(text)
-    if args.write:
-        replace_section(SECTION, text, keep_from=MODEL_VS_SIM)
-    return 0
+    return publish(SECTION, text, args.write, keep_from=MODEL_VS_SIM)
 
 
 if __name__ == "__main__":

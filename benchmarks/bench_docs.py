@@ -26,3 +26,11 @@ def replace_section(heading: str, body: str, keep_from: str | None = None, appen
         tail = old[old.index(keep_from) :] if keep_from and keep_from in old else ""
         new = body.strip() + "\n" + (f"\n{tail.strip()}\n" if tail else "")
     DOCS.write_text(docs[:start] + new + docs[end:], encoding="utf-8")
+
+
+def publish(heading: str, body: str, write: bool, keep_from: str | None = None, append: bool = False) -> int:
+    """Print a benchmark's section and, when `write`, put it in docs/BENCHMARKS.md; 0 for `main`."""
+    print(body)
+    if write:
+        replace_section(heading, body, keep_from, append)
+    return 0

@@ -21,7 +21,7 @@ import sys
 import time
 
 from autoscaling import METRICS, SECTION, Outcome, cell, run_all, summarise
-from bench_docs import replace_section
+from bench_docs import publish
 from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.policies import build_policy
 from xpyd_controller.sim.results import summarise as summarise_run
@@ -92,10 +92,7 @@ def main() -> int:
     started = time.perf_counter()
     outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
-    print(text)
-    if args.write:
-        replace_section(SECTION, text, append=True)
-    return 0
+    return publish(SECTION, text, args.write, append=True)
 
 
 if __name__ == "__main__":

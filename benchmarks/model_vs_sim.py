@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from statistics import median
 
-from bench_docs import replace_section
+from bench_docs import publish
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.sim.config import Fleet, GoodputSlo, Hardware, Realism, SimConfig
@@ -176,10 +176,7 @@ def main() -> int:
             f"| {r.best_split[0]}:{r.best_split[1]} | {r.best_goodput:.2%} | {cheapest} | {'yes' if r.agrees else 'no'} |"
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        replace_section(SECTION, text, append=True)
-    return 0
+    return publish(SECTION, text, args.write, append=True)
 
 
 if __name__ == "__main__":

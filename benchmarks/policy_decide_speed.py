@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 from autoscaling import SECTION, build_trace
-from bench_docs import replace_section
+from bench_docs import publish
 from xpyd_controller.policy import xpyd
 from xpyd_controller.policy.context import PolicyContext, configure
 from xpyd_controller.policy.types import Decision, Limits, Observation
@@ -127,10 +127,7 @@ def main() -> int:
             "",
         ]
     )
-    print(text)
-    if args.write:
-        replace_section(SECTION, text, append=True)
-    return 0
+    return publish(SECTION, text, args.write, append=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import sys
 import time
 
 from autoscaling import METRICS, SECTION, Outcome, build_trace, cell, run_all, summarise
-from bench_docs import replace_section
+from bench_docs import publish
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy
 from xpyd_controller.sim.policies import policy_context
@@ -124,10 +124,7 @@ def main() -> int:
     started = time.perf_counter()
     outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
-    print(text)
-    if args.write:
-        replace_section(SECTION, text, append=True)
-    return 0
+    return publish(SECTION, text, args.write, append=True)
 
 
 if __name__ == "__main__":
