@@ -131,6 +131,20 @@ def cell(mean: float, half: float, fmt: str) -> str:
     return text if math.isnan(half) else f"{text} ± {fmt.format(half).lstrip('~')}"
 
 
+def results_table(
+    outcomes: list[Outcome], key: str, header: str, rows: list[str], columns: list[tuple[str, str, str]]
+) -> list[str]:
+    """Markdown lines: one row per policy (or variant) label, one `mean ± CI` column per metric."""
+    lines = [
+        f"| {header} | " + " | ".join(label for _, label, _ in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for row in rows:
+        cells = [cell(*summarise(outcomes, key, row, name), fmt) for name, _, fmt in columns]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def quality_verdict(outcomes: list[Outcome]) -> list[str]:
     """The issue's drift-day targets for xpyd, met or not, with the numbers."""
 
@@ -190,12 +204,7 @@ def markdown(
             ),
             "",
         ]
-        lines.append("| policy | " + " | ".join(label for _, label, _ in metrics) + " |")
-        lines.append("|---" * (len(metrics) + 1) + "|")
-        for policy in policies:
-            cells = [cell(*summarise(outcomes, key, policy, name), fmt) for name, _, fmt in metrics]
-            lines.append(f"| {policy} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += [*results_table(outcomes, key, "policy", policies, metrics), ""]
     lines += ["Drift-day quality targets (issue 4):", "", *quality_verdict(outcomes), ""]
     return "\n".join(lines)
 

@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 
-from autoscaling import METRICS, SECTION, Outcome, cell, run_all, summarise
+from autoscaling import METRICS, SECTION, Outcome, results_table, run_all
 from bench_docs import publish
 from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.policies import build_policy
@@ -70,12 +70,8 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> 
         "",
         f"**{scenario.name}**: {scenario.description}; start 2P:3D, limits 1–16 per pool.",
         "",
-        "| variant | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 1) + "|",
+        *results_table(outcomes, SCENARIO, "variant", list(VARIANTS), COLUMNS),
     ]
-    for label in VARIANTS:
-        cells = [cell(*summarise(outcomes, SCENARIO, label, name), fmt) for name, _, fmt in COLUMNS]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

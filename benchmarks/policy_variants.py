@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from autoscaling import METRICS, SECTION, Outcome, build_trace, cell, run_all, summarise
+from autoscaling import METRICS, SECTION, Outcome, build_trace, results_table, run_all
 from bench_docs import publish
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy
@@ -96,13 +96,9 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> 
         lines += [
             f"**{chosen.name}**: {chosen.description}{squeezed}",
             "",
-            "| xpyd knobs | " + " | ".join(label for _, label, _ in COLUMNS) + " |",
-            "|---" * (len(COLUMNS) + 1) + "|",
+            *results_table(outcomes, key, "xpyd knobs", list(VARIANTS), COLUMNS),
+            "",
         ]
-        for label in VARIANTS:
-            cells = [cell(*summarise(outcomes, key, label, name), fmt) for name, _, fmt in COLUMNS]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines.append("")
     return "\n".join(lines)
 
 
