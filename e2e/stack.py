@@ -157,9 +157,14 @@ def _controller_args(namespace: str, settings: DemoSettings) -> list[str]:
 
 
 @contextlib.contextmanager
-def demo_stack(cluster: LocalCluster, settings: DemoSettings, namespace: str = "xpyd-demo") -> Iterator[Demo]:
-    """Everything the demo runs, on `cluster`; each piece is stopped (by pid) on exit, in reverse order."""
-    workdir = Path(tempfile.mkdtemp(prefix="xpyd-demo-"))
+def demo_stack(
+    cluster: LocalCluster, settings: DemoSettings, namespace: str = "xpyd-demo", workdir: Path | None = None
+) -> Iterator[Demo]:
+    """Everything the demo runs, on `cluster`; each piece is stopped (by pid) on exit, in reverse order.
+
+    Logs and the Prometheus target file go to `workdir` (a new temporary folder, kept, by default).
+    """
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="xpyd-demo-"))
     cluster.install_crd(CRD_PATH)
     cluster.kubectl("create", "namespace", namespace, check=False)
     sd_file = workdir / "targets.json"

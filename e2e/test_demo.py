@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,9 +90,9 @@ def fleet_matches_pods(demo: Demo) -> bool:
 
 
 def test_the_controller_follows_the_mix_and_the_operator_converts(
-    kube_cluster: LocalCluster, namespace: str
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
-    with demo_stack(kube_cluster, SETTINGS, namespace) as demo:
+    with demo_stack(kube_cluster, SETTINGS, namespace, tmp_path) as demo:
         samples = record(demo)
         print(
             f"role switches (fleet s, pod, into): {[(round(s.at_s), s.pod, str(s.to)) for s in demo.fleet.switches]}"
