@@ -275,8 +275,8 @@ class XpydPolicy:
 
         One decode plan, at the TPOT SLO: the model caps batches at the SLO and times sessions at the
         step of that batch, t_step(B_cap). (Trying 39 tighter step budgets per decision picked a cheaper
-        plan in about 1 % of decisions and changed no benchmark result: docs/BENCHMARKS.md, policy
-        variants.)
+        plan in about 1 % of decisions and moved no benchmark result outside its confidence interval:
+        docs/BENCHMARKS.md, policy variants.)
         """
         if demand.rate == 0:
             reasons.append("ZeroTraffic")
