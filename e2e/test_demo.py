@@ -24,9 +24,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
 # Long outputs for 45 s, long prompts for 45 s, long outputs again for 90 s: each phase outlasts the
 # controller's 15 s window plus a few 3 s decision intervals. Every trial run converted instances (the
-# first within ~25 s: the initial 2+2 is wrong for long outputs), but whether one falls after a swing
-# depends on the policy's layers (it sometimes grows a pool by a new pod instead); what the mix must
-# always move is each pool's size, so that is what is asserted per phase.
+# first within ~30 s: the initial 2+2 is wrong for long outputs), but whether one falls right after a
+# swing depends on the policy's layers and the GPU budget (under long prompts it often holds 3+3 at the
+# budget); what the swing back to long outputs must move is both pools' sizes, so that is asserted.
 SETTINGS = DemoSettings(
     minutes=3.0, rate=4.0, swing_s=45.0, rate_window_s=15.0, interval_s=3.0, scale_down_window_s=6.0, seed=3
 )
@@ -68,11 +68,10 @@ def phase_end(samples: list[Sample], end_s: float) -> Sample:
     return [s for s in samples if s.at_s < end_s][-1]
 
 
-def late_max(samples: list[Sample], start_s: float, end_s: float, role: str) -> int:
-    """The largest size of `role` written in the second half of the phase [start_s, end_s)."""
+def second_half(samples: list[Sample], start_s: float, end_s: float) -> list[Sample]:
+    """The samples of the second half of the phase [start_s, end_s), when the controller has caught up."""
     middle = (start_s + end_s) / 2
-    sizes: list[int] = [getattr(s, role) for s in samples if middle <= s.at_s < end_s]
-    return max(sizes)
+    return [s for s in samples if middle <= s.at_s < end_s]
 
 
 def fleet_matches_pods(demo: Demo) -> bool:
@@ -120,13 +119,13 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
             converted = demo.event_messages("Converted")
             switches = demo.fleet.switches
             assert converted and len(switches) >= len(converted) > 0
-            # Each pool grows in the phase that needs it: prefill under long prompts, decode when long
-            # outputs come back (compared with the size at the end of the phase before).
-            first_end, second_end = SETTINGS.swing_s, 2 * SETTINGS.swing_s
-            before_prompts = phase_end(samples, first_end)
-            assert late_max(samples, first_end, second_end, "prefill") > before_prompts.prefill
-            before_outputs = phase_end(samples, second_end)
-            assert late_max(samples, second_end, SETTINGS.minutes * 60.0, "decode") > before_outputs.decode
+            # At the swing back to long outputs the pools move apart: in the second half of that phase
+            # decode is larger and prefill smaller than at the end of the long-prompt phase.
+            swing_back = 2 * SETTINGS.swing_s
+            before = phase_end(samples, swing_back)
+            late = second_half(samples, swing_back, SETTINGS.minutes * 60.0)
+            assert max(s.decode for s in late) > before.decode, f"decode never grew: {before}, {late}"
+            assert min(s.prefill for s in late) < before.prefill, f"prefill never shrank: {before}, {late}"
 
             wait_until(lambda: fleet_matches_pods(demo), 15, "the fleet to follow the instance pods")
             stats = demo.fleet.stats()

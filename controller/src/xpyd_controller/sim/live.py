@@ -7,7 +7,9 @@ arrive as a renewal process over the traffic's rate curve, wait in FIFO order fo
 their KV cache transferred over the link, and join a decode instance's continuous batch; all times come
 from the capacity model's roofline (model/roofline.py), so the controller's model and the simulated
 fleet agree on what one instance can do. Routing follows the router's rule: only instances labelled
-serving get new work, least loaded first. Each instance exports vLLM-named series (sim/exposition.py).
+serving get new work, least loaded first. Each instance exports vLLM-named series (sim/exposition.py);
+TTFT ends with the first decode step, so it includes the prefill queue, the transfer and any wait for
+KV room on the decode instance, as a client would see it.
 
 Requests are never lost: an instance that is removed or switched while it still holds work (the
 operator drains first, so only after a drain timeout) hands its requests back to the router, and the
