@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from e2e.stack import DemoSettings, demo_manifest, live_fleet  # noqa: E402
 
-from bench_docs import replace_section  # noqa: E402
+from bench_docs import publish  # noqa: E402
 from xpyd_api.names import Role  # noqa: E402
 from xpyd_controller.sim.live import LiveFleet  # noqa: E402
 from xpyd_controller.sim.traces.synthetic import Constant  # noqa: E402
@@ -113,11 +113,7 @@ def main() -> int:
             f"| {load.name} | {load.fleet_seconds:g} | {done:,.0f} | {share:.4f} | {idle_share:.4f} "
             f"| {1 / share:,.0f}× real time |"
         )
-    body = "\n".join(lines) + "\n"
-    print(body)
-    if args.write:
-        replace_section(SECTION, body)
-    return 0
+    return publish(SECTION, "\n".join(lines) + "\n", args.write)
 
 
 if __name__ == "__main__":
