@@ -2,7 +2,7 @@
 .PHONY: demo test
 ARGS ?=
 
-demo:  ## run the local demo: a real (kwok) cluster comes up, shows its nodes, tears down
+demo:  ## run the local demo: cluster, operator, Prometheus, a simulated GPU fleet under drifting traffic, the controller converting roles live (~5 min)
 	hack/demo $(ARGS)
 
 test:  ## run every gate: ruff, mypy --strict, import-linter, unit + integration + e2e tests
