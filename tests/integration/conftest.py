@@ -19,23 +19,28 @@ def pdd_crd(kube_cluster: LocalCluster) -> str:
 
 
 @pytest.fixture
-def start_operator(
-    kube_cluster: LocalCluster, namespace: str, tmp_path: Path
-) -> Iterator[Callable[[], OperatorProcess]]:
-    """Starts operator processes for this test's namespace; every one is stopped at teardown."""
+def started_processes() -> Iterator[list[OperatorProcess]]:
+    """Operator-like processes a test started: each is killed at teardown and its log tail printed."""
     started: list[OperatorProcess] = []
+    yield started
+    for process in started:
+        process.kill()
+        print(f"--- {process.log_path.name} ---\n{process.log_tail(100)}")
+
+
+@pytest.fixture
+def start_operator(
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[OperatorProcess]
+) -> Callable[[], OperatorProcess]:
+    """Starts operator processes for this test's namespace; every one is stopped at teardown."""
 
     def start() -> OperatorProcess:
         process = OperatorProcess(kube_cluster.env(), tmp_path / "operator.log", [namespace], FAST_SETTINGS)
         process.start()
-        started.append(process)
+        started_processes.append(process)
         return process
 
-    yield start
-    for process in started:
-        process.kill()
-    if started:
-        print(f"--- operator log ---\n{started[-1].log_tail(120)}")
+    return start
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.integration.controller import (
 from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
 
 from xpyd_controller.testing import ControllerProcess
+from xpyd_operator.testing import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.usefixtures("pdd_crd")]
 
@@ -38,10 +39,9 @@ XPYD = (sys.executable, "-m", "xpyd_controller.cli")  # the `xpyd` console scrip
 
 @pytest.fixture
 def start_controller(
-    kube_cluster: LocalCluster, namespace: str, tmp_path: Path
-) -> Iterator[ControllerFactory]:
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[OperatorProcess]
+) -> ControllerFactory:
     """Starts controller processes for this test's namespace; every one is stopped at teardown."""
-    started: list[ControllerProcess] = []
 
     def start(*extra: str, name: str = "controller") -> ControllerProcess:
         args = [
@@ -57,13 +57,10 @@ def start_controller(
         ]
         process = ControllerProcess(kube_cluster.env(), tmp_path / f"{name}.log", args)
         process.start()
-        started.append(process)
+        started_processes.append(process)
         return process
 
-    yield start
-    for process in started:
-        process.kill()
-        print(f"--- {process.log_path.name} ---\n{process.log_tail(80)}")
+    return start
 
 
 def autoscaled(name: str, prometheus_url: str, mode: str = "Auto") -> dict[str, Any]:
