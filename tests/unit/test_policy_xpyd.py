@@ -314,6 +314,22 @@ def test_a_pool_inside_its_band_releases_down_to_its_floor_when_the_other_grows(
     assert counts(decision) == (x, y)
 
 
+def test_under_a_spent_gpu_budget_the_growing_pool_gets_what_the_other_releases() -> None:
+    x, y = floor(20.0)
+    budget = Limits(gpu_budget=x + y + 1)  # spent: prefill one below its floor, decode two above
+    decision = policy().decide(observe(0, x - 1, y + 2), budget)
+    assert counts(decision) == (x, y + 1)  # decode gives one instance; prefill takes it, by conversion
+    assert "DecodeReleasedForConversion" in decision.reasons
+    assert decision.binding == "gpu_budget"
+
+
+def test_a_spent_gpu_budget_without_a_surplus_holds() -> None:
+    x, y = floor(20.0)
+    decision = policy().decide(observe(0, x - 1, y), Limits(gpu_budget=x + y - 1))
+    assert counts(decision) == (x - 1, y)
+    assert not any("ReleasedForConversion" in reason for reason in decision.reasons)
+
+
 @pytest.mark.parametrize(
     ("prefill_offset", "changes"),
     [

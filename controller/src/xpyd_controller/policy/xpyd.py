@@ -224,7 +224,14 @@ class XpydPolicy:
                 want if demand.partial or want > have else floor
                 for want, have, floor in zip(recommended, supply, floors, strict=True)
             ]
-            reasons.append(_release_for_conversion(supply, keep, decided, held, limits))
+            # Under a GPU budget a pool can grow only by what the other gives up: growth the budget
+            # trimmed still asks for a conversion (the total stays what the budget allowed).
+            maxima = (limits.prefill_max, limits.decode_max)
+            denied = [
+                max(0, min(want, high) - got) if layered.bound == "gpu_budget" and not hold else 0
+                for want, high, got, hold in zip(recommended, maxima, decided, held, strict=True)
+            ]
+            reasons.append(_release_for_conversion(supply, keep, decided, held, limits, denied=denied))
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -300,7 +307,13 @@ class XpydPolicy:
 
 
 def _release_for_conversion(
-    supply: list[int], keep: list[int], decided: list[int], held: list[bool], limits: Limits
+    supply: list[int],
+    keep: list[int],
+    decided: list[int],
+    held: list[bool],
+    limits: Limits,
+    *,
+    denied: list[int],
 ) -> str:
     """Let a pool with a surplus give instances to a pool that grows now, instead of after its window.
 
@@ -311,13 +324,18 @@ def _release_for_conversion(
     the mix drifts, the pool losing demand sits inside its band while the other crosses its floor, so
     releasing only what the band calls unneeded would almost never pair. Only between pools of equal
     GPU width, where conversion is possible at all.
+
+    `denied` is growth per pool that the GPU budget trimmed away: with the budget spent, the growing
+    pool gets exactly what the other releases (so the total never exceeds what the budget allowed).
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, shrink, role in ((0, 1, "Decode"), (1, 0, "Prefill")):
-        growth = decided[grow] - supply[grow]
+        growth = max(0, decided[grow] - supply[grow]) + denied[grow]
         surplus = min(decided[shrink], supply[shrink]) - max(keep[shrink], minimums[shrink])
         if growth > 0 and surplus > 0 and not held[shrink]:
-            decided[shrink] = min(decided[shrink], supply[shrink]) - min(growth, surplus)
+            moves = min(growth, surplus)
+            decided[shrink] = min(decided[shrink], supply[shrink]) - moves
+            decided[grow] += min(moves, denied[grow])
             return f"{role}ReleasedForConversion"
     return ""
 
