@@ -101,7 +101,7 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
                 "prometheus": {"url": prometheus_url},
                 "scaleUpWindowSeconds": 0,
                 "scaleDownWindowSeconds": settings.scale_down_window_s,
-                "gpuBudget": 6,
+                "gpuBudget": 8,
             },
         },
     }
