@@ -194,6 +194,16 @@ def test_no_metrics_holds_and_says_why_once() -> None:
     assert [(e[1], e[3]) for e in cluster.events] == [("MetricsUnavailable", True)]
 
 
+def test_an_unsupported_bearer_token_is_said_in_status_and_warned_once() -> None:
+    prometheus = {"url": "http://prom:9090", "bearerTokenSecretRef": {"name": "prom-token", "key": "token"}}
+    cluster = FakeCluster(pdd(autoscaling={"prometheus": prometheus}))
+    loop, _ = controller(cluster, FakeMetrics(IDLE))
+    for now in (1000.0, 1010.0):
+        loop.run_pass(now)
+    assert "bearerTokenSecretRef is set but not supported yet" in cluster.autoscaler("web")["message"]
+    assert [(e[1], e[3]) for e in cluster.events] == [("UnsupportedField", True)]
+
+
 def test_no_series_without_error_names_the_labels() -> None:
     cluster = FakeCluster(pdd())
     loop, _ = controller(cluster, FakeMetrics({}))

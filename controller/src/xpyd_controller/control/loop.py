@@ -38,6 +38,11 @@ logger = logging.getLogger(__name__)
 EVENT_SCALE = "ScaleDecision"
 EVENT_NO_METRICS = "MetricsUnavailable"
 EVENT_INVALID = "InvalidAutoscaling"
+EVENT_UNSUPPORTED = "UnsupportedField"
+BEARER_UNSUPPORTED = (
+    "spec.autoscaling.prometheus.bearerTokenSecretRef is set but not supported yet: "
+    "Prometheus is queried without a token"
+)
 HOLD_NO_METRICS = "NoMetricsHold"
 
 
@@ -92,6 +97,7 @@ class _Tracked:
     next_due: float = 0.0
     desired: tuple[int, int] | None = None
     problem: str = ""  # the last setup error or missing-metrics note, to post each Event once
+    warned_unsupported: bool = False  # the UnsupportedField Warning was posted for this object
 
 
 def _same_setup(old: PolicyContext, new: PolicyContext) -> bool:
@@ -213,7 +219,8 @@ class Controller:
             mode=str(spec.autoscaling.mode),
             policy=policy.name,
             generation=pdd.generation,
-            note=note or (source.last_error or ""),  # a query that failed while others answered
+            # a query that failed while others answered; and a field this controller does not honour
+            note="; ".join(filter(None, (note or source.last_error, self._unsupported(pdd, tracked)))),
         )
         record = self._apply(pdd, tracked, record)
         self.cluster.patch_status(
@@ -221,6 +228,17 @@ class Controller:
         )
         self.telemetry.record_decision(pdd, record)
         return record
+
+    def _unsupported(self, pdd: PDDeployment, tracked: _Tracked) -> str:
+        """A set field the controller cannot honour yet: said in every status, and once as a Warning."""
+        prometheus = pdd.spec.autoscaling.prometheus
+        if prometheus is None or prometheus.bearer_token_secret_ref is None:
+            tracked.warned_unsupported = False
+            return ""
+        if not tracked.warned_unsupported:
+            self.cluster.post_event(pdd, EVENT_UNSUPPORTED, BEARER_UNSUPPORTED, warning=True)
+            tracked.warned_unsupported = True
+        return BEARER_UNSUPPORTED
 
     def _apply(self, pdd: PDDeployment, tracked: _Tracked, record: DecisionRecord) -> DecisionRecord:
         """Write replicas (Auto, when changed) and post an Event when the desired sizes change."""
