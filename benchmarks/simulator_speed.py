@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import importlib
 import itertools
 import math
 import platform
@@ -161,14 +160,6 @@ def seed_table(traces: dict[float, Trace], run: RunEvents) -> list[Row]:
     return rows
 
 
-def compiled_engine() -> native.RunEvents:
-    status = native.compiled_status()
-    if status != "current":
-        sys.exit(f"the compiled engine is {status}: run hack/native first")
-    run: native.RunEvents = importlib.import_module(native.NATIVE_MODULE).run_events
-    return run
-
-
 def engine_at(revision: str) -> RunEvents:
     """`run_events` of sim/engine.py as committed at `revision`, loaded beside the current one."""
     root = Path(__file__).resolve().parent.parent
@@ -238,7 +229,10 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="update docs/BENCHMARKS.md")
     args = parser.parse_args()
 
-    compiled = compiled_engine()
+    try:
+        compiled = native.compiled_run_events()
+    except native.NativeEngineError as error:
+        sys.exit(str(error))
     traces = {rate: seed_requests(rate) for rate in RATES}
     variants: dict[str, Callable[[], list[Row]]] = {
         "compiled": lambda: seed_table(traces, compiled),

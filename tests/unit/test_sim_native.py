@@ -6,7 +6,6 @@ to run hack/native (they do not skip)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,12 +27,6 @@ def fresh_choice(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch
     native.run_events_impl.cache_clear()
     yield monkeypatch
     native.run_events_impl.cache_clear()
-
-
-def compiled_run_events() -> native.RunEvents:
-    assert native.compiled_status() == "current", "no current compiled engine: run hack/native"
-    run: native.RunEvents = importlib.import_module(native.NATIVE_MODULE).run_events
-    return run
 
 
 def first(trace: Trace, seconds: float) -> Trace:
@@ -75,7 +68,7 @@ def test_static_fleets_run_identically(realism: Realism, mode: str, prefill: int
     requests = seed_requests(20.0, count=2000, seed=5)
     if realism.prefix_cache:
         requests = dataclasses.replace(requests, prefix_hit_tokens=requests.prompt_tokens // 3)
-    assert_same_run(engine.run_events(config, requests), compiled_run_events()(config, requests))
+    assert_same_run(engine.run_events(config, requests), native.compiled_run_events()(config, requests))
 
 
 @pytest.mark.parametrize(
@@ -87,7 +80,7 @@ def test_policy_in_the_loop_runs_identically(scenario: Scenario, seconds: float)
     requests = first(scenario.traffic.build(seed=2), seconds)
     runs = [
         run(scenario.config, requests, build_policy("xpyd", scenario.config, requests), scenario.limits)
-        for run in (engine.run_events, compiled_run_events())
+        for run in (engine.run_events, native.compiled_run_events())
     ]
     assert runs[0].scale_ups > 0  # the policy acted: the comparison covers lifecycles
     assert runs[0].conversions > 0 or scenario.name != "mix-swing"  # and role conversions

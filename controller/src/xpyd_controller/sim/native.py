@@ -44,7 +44,11 @@ class RunEvents(Protocol):
 
 
 class NativeEngineError(RuntimeError):
-    """`XPYD_SIM_ENGINE=compiled` (or a bad value) when no current compiled build exists."""
+    """No current compiled build (`status` says why), or a bad `XPYD_SIM_ENGINE`."""
+
+    def __init__(self, message: str, status: str = "") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _compiled_against() -> list[Path]:
@@ -75,13 +79,9 @@ def compiled_status() -> str:
     return "current" if STAMP.read_text().strip() == source_digest() else "stale"
 
 
-@cache
-def run_events_impl() -> tuple[RunEvents, str]:
-    """(the `run_events` to use, 'compiled' or 'python'), by `XPYD_SIM_ENGINE` and the build's state."""
-    choice = os.environ.get(CHOICE_VARIABLE, "auto") or "auto"
-    if choice not in CHOICES:
-        raise NativeEngineError(f"{CHOICE_VARIABLE}={choice!r}: must be one of {', '.join(CHOICES)}")
-    status = "missing" if choice == "python" else compiled_status()
+def compiled_run_events() -> RunEvents:
+    """The compiled build's `run_events`; NativeEngineError when there is no current, loadable build."""
+    status = compiled_status()
     if status == "current":
         try:
             native = importlib.import_module(NATIVE_MODULE)
@@ -89,17 +89,29 @@ def run_events_impl() -> tuple[RunEvents, str]:
             status = f"unloadable ({error})"
         else:
             run: RunEvents = native.run_events
-            return run, "compiled"
-    if choice == "compiled":
-        raise NativeEngineError(
-            f"{CHOICE_VARIABLE}=compiled but the compiled simulator engine is {status}: run hack/native"
-        )
-    if status == "stale":
-        warnings.warn(
-            "the compiled simulator engine is older than sim/engine.py or its imports: running the "
-            "source (about 2x slower); rebuild with hack/native",
-            stacklevel=2,
-        )
+            return run
+    raise NativeEngineError(f"the compiled simulator engine is {status}: run hack/native", status)
+
+
+@cache
+def run_events_impl() -> tuple[RunEvents, str]:
+    """(the `run_events` to use, 'compiled' or 'python'), by `XPYD_SIM_ENGINE` and the build's state."""
+    choice = os.environ.get(CHOICE_VARIABLE, "auto") or "auto"
+    if choice not in CHOICES:
+        raise NativeEngineError(f"{CHOICE_VARIABLE}={choice!r}: must be one of {', '.join(CHOICES)}")
+    if choice == "python":
+        return engine.run_events, "python"
+    try:
+        return compiled_run_events(), "compiled"
+    except NativeEngineError as error:
+        if choice == "compiled":
+            raise NativeEngineError(f"{CHOICE_VARIABLE}=compiled but {error}", error.status) from error
+        if error.status == "stale":
+            warnings.warn(
+                "the compiled simulator engine is older than sim/engine.py or its imports: running the "
+                "source (about 2x slower); rebuild with hack/native",
+                stacklevel=2,
+            )
     return engine.run_events, "python"
 
 
