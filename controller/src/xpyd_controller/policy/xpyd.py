@@ -1,14 +1,15 @@
 """`xpyd`: the capacity model sets a floor, HPA-style layers keep it calm, conversion does the rest.
 
-Layers, in order: the capacity-model floor (`size_pools` with TTFT-percentile prefill sizing and
-KV/TPOT decode sizing, on the window's arrival rate and smoothed lengths) → a tolerance band on demand
-(scale up to the floor when supply is below it; scale down only to the size the model gives for
-demand × (1 + tolerance), so N−1 still meets the SLO with margin; one more instance when the measured
-p90 misses the SLO at the floor, in the pool the miss is blamed on) → stabilisation windows (fast up,
-slow down) → min/max and the GPU budget → rate limits → the in-flight guard (a pool with instances
-starting or draining holds until they finish or a timeout; starting instances count as supply) →
-pairing (a pool above its need releases instances to a pool that grows now). The policy only says how
-many of each role; the driver converts instances when one pool shrinks while the other grows. docs/tuning.md lists every knob.
+Layers, in order: the capacity-model floor (`size_pools` with TTFT-percentile prefill sizing and KV/TPOT
+decode sizing, on the window's arrival rate and smoothed lengths) → a tolerance band on demand (scale up
+to the floor when supply is below it; scale down only to the size the model gives for demand × (1 +
+tolerance), so N−1 still meets the SLO with margin; one more instance when the measured p90 misses the
+SLO at the floor, in the pool the miss is blamed on) → stabilisation windows (fast up, slow down) →
+min/max and the GPU budget → rate limits → the in-flight guard (a pool with instances starting or
+draining holds until they finish or a timeout; starting instances count as supply) → pairing (a pool
+above its need releases instances to a pool that grows now). The policy only says how many of each role;
+the driver converts instances when one pool shrinks while the other grows. docs/tuning.md lists every
+knob.
 
 Field rules: a missing arrival rate holds everything; partial data (rate but no lengths) may scale up
 on the last known lengths but never down; a rate of exactly 0 is zero demand and scales to the minimum.
