@@ -24,8 +24,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+import real_dynamo
 from bench_docs import publish
-from xpyd_controller.policy.types import Limits
+from xpyd_controller.policy.types import Limits, Policy
 from xpyd_controller.sim.config import Control, Fleet, SimConfig
 from xpyd_controller.sim.policies import build_policy, policy_names
 from xpyd_controller.sim.results import SimResult, recovery_time_s
@@ -36,7 +37,15 @@ from xpyd_controller.sim.stats import mean_confidence_interval
 from xpyd_controller.sim.traces import Trace
 
 JobT = TypeVar("JobT")
-EXPECTED_POLICIES = ("static", "threshold", "dynamo", "xpyd", "oracle-static", "oracle-window")
+EXPECTED_POLICIES = (
+    "static",
+    "threshold",
+    "dynamo",
+    *real_dynamo.NAMES,
+    "xpyd",
+    "oracle-static",
+    "oracle-window",
+)
 SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
 MODEL_VS_SIM = "### Capacity model vs simulator"
 METRICS = (
@@ -92,10 +101,22 @@ class Outcome:
     wall_s: float
 
 
+def benchmark_policy(name: str, config: SimConfig, trace: Trace, limits: Limits) -> Policy:
+    """A registered policy or oracle by name, or Dynamo's own planner (`real_dynamo.NAMES`)."""
+    if name in real_dynamo.NAMES:
+        return real_dynamo.make_real_dynamo(name, config, limits)
+    return build_policy(name, config, trace)
+
+
+def benchmark_policy_names() -> tuple[str, ...]:
+    """Every policy this machine can run: the registry's, the oracles, Dynamo's when installed."""
+    return (*policy_names(), *(real_dynamo.NAMES if real_dynamo.available() else ()))
+
+
 def run_one(job: tuple[str, Scenario, str, int, float]) -> Outcome:
     key, scenario, policy_name, seed, hours = job
     trace = build_trace(scenario, seed, hours)
-    policy = build_policy(policy_name, scenario.config, trace)
+    policy = benchmark_policy(policy_name, scenario.config, trace, scenario.limits)
     started = time.perf_counter()
     result: SimResult = simulate(scenario.config, trace, policy, limits=scenario.limits)
     metrics = {name: float(getattr(result, name)) for name, _, _ in METRICS}
@@ -190,7 +211,11 @@ def markdown(
         f"Command: `.venv/bin/python benchmarks/autoscaling.py {' '.join(sys.argv[1:])}` on {platform.machine()} / "
         f"Python {platform.python_version()}, {args.seeds} seeds per cell (mean ± 95 % CI), {wall / 60:.0f} min wall.",
         f"Policies run: {', '.join(policies)}."
-        + (f" Missing (not registered): {', '.join(missing)}." if missing else ""),
+        + (
+            f" Missing (not registered or not installed: `hack/dynamo-bench`): {', '.join(missing)}."
+            if missing
+            else ""
+        ),
         "",
     ]
     for key, scenario in table.items():
@@ -219,7 +244,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="scenario keys to run (seed, drift, step, diurnal)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    available = policy_names()
+    available = benchmark_policy_names()
     policies = [p for p in EXPECTED_POLICIES if p in available] + [
         p for p in available if p not in EXPECTED_POLICIES
     ]
