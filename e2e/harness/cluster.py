@@ -3,7 +3,8 @@
 - `kwok` (default): etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok, started by
   `kwokctl --runtime binary` on 127.0.0.1 from the binaries `hack/testbin` builds. Nodes are fake: pods
   scheduled to them become Running/Ready but run nothing.
-- `kind`: a kind cluster, where a Docker engine answers (how users and GitHub Actions run the tests).
+- `kind`: a one-node kind cluster whose pods really run, under `hack/kind run` (it provides the engine,
+  the node image, the project images and what this host needs worked around; docs/kind.md).
 - `existing`: the current KUBECONFIG context, only if its name looks like a test cluster.
 """
 
@@ -248,27 +249,92 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+# What hack/kind detected about this host (XPYD_KIND_WORKAROUNDS) -> the kind config that works around it.
+KIND_WORKAROUNDS = ("restrict-oom-score-adj", "kubelet-cgroup-v1", "static-cni")
+
+
+def kind_config(node_image: str, workarounds: Sequence[str]) -> dict[str, object]:
+    """The kind Cluster config: one node, plus each workaround hack/kind found needed (docs/kind.md).
+
+    The offline node image (`node_image` set) holds no CoreDNS image and nothing here needs cluster DNS
+    (clients get ClusterIPs), so kubeadm skips its CoreDNS addon there.
+    """
+    unknown = sorted(set(workarounds) - set(KIND_WORKAROUNDS))
+    if unknown:
+        raise ClusterError(f"XPYD_KIND_WORKAROUNDS has {unknown}; known: {', '.join(KIND_WORKAROUNDS)}")
+    patches: list[str] = []
+    if node_image:
+        patches.append("kind: InitConfiguration\nskipPhases: [addon/coredns]\n")
+    if "kubelet-cgroup-v1" in workarounds:  # kubelet >= 1.35 refuses cgroup v1 unless told
+        patches.append("kind: KubeletConfiguration\nfailCgroupV1: false\n")
+    config: dict[str, object] = {
+        "kind": "Cluster",
+        "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "nodes": [{"role": "control-plane", **({"image": node_image} if node_image else {})}],
+        "networking": {"disableDefaultCNI": "static-cni" in workarounds},
+        "kubeadmConfigPatches": patches,
+    }
+    if "restrict-oom-score-adj" in workarounds:  # runc may not lower oom_score_adj without CAP_SYS_RESOURCE
+        config["containerdConfigPatches"] = [
+            '[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true\n'
+        ]
+    return config
+
+
 @contextlib.contextmanager
 def _kind_cluster(name: str) -> Iterator[LocalCluster]:
-    kind = shutil.which("kind")
-    docker = shutil.which("docker")
-    if kind is None or docker is None:
-        raise ClusterError("XPYD_CLUSTER=kind needs `kind` and `docker` on PATH")
-    if subprocess.run([docker, "info"], capture_output=True, check=False).returncode != 0:
-        raise ClusterError("XPYD_CLUSTER=kind needs a running Docker engine (`docker info` failed)")
-    bin_dir = testbin_dir()
+    """A one-node kind cluster from what `hack/kind run` prepared; deleted on exit, also on failure."""
+    kind_bin = os.environ.get("XPYD_KIND_BIN")
+    if not kind_bin:
+        raise ClusterError(
+            "XPYD_CLUSTER=kind runs under hack/kind, which prepares the engine and the images: "
+            "`hack/kind run .venv/bin/pytest -m kind` (or `make test-kind`)"
+        )
+    kind = str(Path(kind_bin) / "kind")
+    env = {**os.environ, "PATH": f"{kind_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    name = f"xpyd-{os.environ.get('XPYD_KIND_RUN_ID', 'manual')}-{name.removeprefix('xpyd-')[:4]}"
+    workarounds = [w for w in os.environ.get("XPYD_KIND_WORKAROUNDS", "").split(",") if w]
+    config = kind_config(os.environ.get("XPYD_KIND_NODE_IMAGE", ""), workarounds)
     workdir = Path(tempfile.mkdtemp(prefix="xpyd-kind-"))
-    kubeconfig = workdir / "kubeconfig"
+    (workdir / "kind.yaml").write_text(json.dumps(config))
+    kubeconfig = workdir / "kubeconfig"  # never the user's ~/.kube/config
+    cluster = LocalCluster(
+        name=name, provider="kind", kubeconfig=kubeconfig, bin_dir=testbin_dir(), logs_dir=workdir / "logs"
+    )
     try:
         _run_step(
             "create the kind cluster",
-            [kind, "create", "cluster", "--name", name, "--kubeconfig", str(kubeconfig), "--wait", "5m"],
-            dict(os.environ),
+            [
+                *(kind, "create", "cluster", "--name", name, "--config", str(workdir / "kind.yaml")),
+                *("--kubeconfig", str(kubeconfig), "--wait", "5m", "--retain"),
+            ],
+            env,
             timeout=600,
         )
-        yield LocalCluster(name=name, provider="kind", kubeconfig=kubeconfig, bin_dir=bin_dir)
+        images = os.environ.get("XPYD_KIND_IMAGES", "").split()
+        if images:
+            _run_step("load the images", [kind, "load", "docker-image", "--name", name, *images], env, 900)
+        cluster.nodes = [f"{name}-control-plane"]
+        yield cluster
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _run_step(
+                "export kind logs", [kind, "export", "logs", str(workdir / "logs"), "--name", name], env, 120
+            )
+            for log in ("kubelet.log", "containerd.log"):
+                found = next((workdir / "logs").rglob(log), None)
+                if found is not None:
+                    (workdir / "logs" / log).write_text(found.read_text(errors="replace"))
+        cluster.dump_logs()
+        raise
     finally:
-        subprocess.run([kind, "delete", "cluster", "--name", name], capture_output=True, check=False)
+        subprocess.run(
+            [kind, "delete", "cluster", "--name", name, "--kubeconfig", str(kubeconfig)],
+            capture_output=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -10,11 +10,21 @@ from typing import Any
 
 import pytest
 
-from e2e.harness.cluster import LocalCluster, start_cluster
+from e2e.harness.cluster import LocalCluster, cluster_provider, start_cluster
 from e2e.harness.prometheus import PrometheusServer, start_prometheus
 
 # CI sets this: a skipped test there is a hole in coverage, not a pass.
 FORBID_SKIPS_ENV = "XPYD_FORBID_SKIPS"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `kind` group runs on real pods and everything else on kwok: each provider deselects the other
+    group (deselected, not skipped, so that XPYD_FORBID_SKIPS still means what it says)."""
+    on_kind = cluster_provider() == "kind"
+    selected = [item for item in items if (item.get_closest_marker("kind") is not None) == on_kind]
+    if len(selected) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in selected])
+        items[:] = selected
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,408 @@
+"""Real pods on kind: what a user installs, running.
+
+The chart is installed with the built xpyd image into a namespace enforcing the restricted Pod Security
+Standard, so the operator and the controller run in-cluster under the chart's RBAC; Prometheus runs in
+the cluster and discovers the instance pods with the relabelling of the chart's PodMonitor; a
+PDDeployment's instance pods run the engine stand-in (`python -m xpyd_controller.standin`, from the
+same image) behind the real vllm-router; a conversion happens on those pods.
+
+Only with XPYD_CLUSTER=kind, under `hack/kind run` (`hack/test` runs this group so; docs/kind.md). The
+test process reaches pods and Services through the API server's proxy, as `kubectl` users do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from tests.helm_chart import CHART_DIR, helm
+from tests.integration.pdd import apply, get_json, instance_pods, patch_spec, roles, wait_ready
+
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import wait_until
+from xpyd_api.names import (
+    ANNOTATION_CONVERSIONS,
+    ANNOTATION_TRANSITION,
+    COMPONENT_INSTANCE,
+    LABEL_COMPONENT,
+    LABEL_PDD,
+    LABEL_ROLE,
+)
+
+pytestmark = pytest.mark.kind
+
+POD_SECURITY = "pod-security.kubernetes.io/enforce"
+ROUTER_ACCOUNT = "xpyd-router"
+GPUS_PER_NODE = 8
+# Each image hack/kind built and loaded into the cluster.
+XPYD_IMAGE_ENV, ROUTER_IMAGE_ENV, PROMETHEUS_IMAGE_ENV = (
+    "XPYD_KIND_XPYD_IMAGE",
+    "XPYD_KIND_ROUTER_IMAGE",
+    "XPYD_KIND_PROMETHEUS_IMAGE",
+)
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _image(variable: str) -> str:
+    image = os.environ.get(variable, "")
+    assert image, f"{variable} is not set: run this group under hack/kind run"
+    return image
+
+
+def _meta_label(label: str) -> str:
+    """The Kubernetes service discovery's name for a pod label (what a PodMonitor's relabelling reads)."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
+
+
+def _restricted_namespace(cluster: LocalCluster, name: str) -> None:
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, f"{POD_SECURITY}=restricted")
+
+
+def _restricted_pod(user: int) -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": user,
+        "runAsGroup": user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _proxy(namespace: str, service: str, port: int, path: str) -> str:
+    """The API server's proxy path to a Service's port."""
+    return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}"
+
+
+def _advertise_gpus(cluster: LocalCluster) -> None:
+    """The node has no GPUs; an extended resource in its status lets the instance pods' GPU requests fit."""
+    for node in cluster.nodes:
+        resource = "nvidia.com~1gpu"
+        patch = [
+            {"op": "add", "path": f"/status/capacity/{resource}", "value": str(GPUS_PER_NODE)},
+            {"op": "add", "path": f"/status/allocatable/{resource}", "value": str(GPUS_PER_NODE)},
+        ]
+        cluster.kubectl("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+
+
+@dataclass
+class Prometheus:
+    """The in-cluster Prometheus: its ClusterIP URL (what the controller is given: the cluster has no
+    DNS) and queries through the API server's proxy."""
+
+    cluster: LocalCluster
+    namespace: str
+    url: str
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        path = _proxy(
+            self.namespace, "prometheus", 9090, "api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        )
+        body = json.loads(self.cluster.kubectl("get", "--raw", path).stdout)
+        assert body["status"] == "success", body
+        return list(body["data"]["result"])
+
+
+def _prometheus_config() -> dict[str, Any]:
+    """Scrape the instance pods with the labels the chart's PodMonitor gives (namespace, pdd, role) and
+    the xpyd controller's /metrics."""
+    instances = [
+        {"source_labels": [_meta_label(LABEL_COMPONENT)], "regex": COMPONENT_INSTANCE, "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"},
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": [_meta_label(LABEL_PDD)], "target_label": "pdd"},
+        {"source_labels": [_meta_label(LABEL_ROLE)], "target_label": "role"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    ]
+    controller = [
+        {
+            "source_labels": [_meta_label("app.kubernetes.io/component")],
+            "regex": "controller",
+            "action": "keep",
+        },
+        {
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": "metrics",
+            "action": "keep",
+        },
+    ]
+    return {
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "scrape_configs": [
+            {
+                "job_name": "xpyd-instances",
+                "kubernetes_sd_configs": [{"role": "pod"}],
+                "relabel_configs": instances,
+            },
+            {
+                "job_name": "xpyd-controller",
+                "kubernetes_sd_configs": [{"role": "pod"}],
+                "relabel_configs": controller,
+            },
+        ],
+    }
+
+
+def _deploy_prometheus(cluster: LocalCluster, namespace: str) -> Prometheus:
+    _restricted_namespace(cluster, namespace)
+    labels = {"app.kubernetes.io/name": "prometheus"}
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "prometheus", "namespace": namespace},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{namespace}-prometheus"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{namespace}-prometheus"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": f"{namespace}-prometheus",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "prometheus", "namespace": namespace},
+            "data": {"prometheus.yml": json.dumps(_prometheus_config())},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "prometheus", "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": "prometheus",
+                        "securityContext": _restricted_pod(65534),
+                        "containers": [
+                            {
+                                "name": "prometheus",
+                                "image": _image(PROMETHEUS_IMAGE_ENV),
+                                "imagePullPolicy": "Never",
+                                "args": [
+                                    "--config.file=/etc/prometheus/prometheus.yml",
+                                    "--storage.tsdb.path=/prometheus",
+                                    "--web.listen-address=:9090",
+                                ],
+                                "ports": [{"name": "web", "containerPort": 9090}],
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/-/ready", "port": "web"},
+                                    "periodSeconds": 2,
+                                },
+                                "securityContext": RESTRICTED_CONTAINER,
+                                "volumeMounts": [
+                                    {"name": "config", "mountPath": "/etc/prometheus"},
+                                    {"name": "data", "mountPath": "/prometheus"},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "config", "configMap": {"name": "prometheus"}},
+                            {"name": "data", "emptyDir": {}},
+                        ],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "prometheus", "namespace": namespace},
+            "spec": {"selector": labels, "ports": [{"name": "web", "port": 9090, "targetPort": "web"}]},
+        },
+    ]
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
+    cluster.kubectl(
+        "rollout", "status", "deployment/prometheus", "-n", namespace, "--timeout=180s", timeout=200
+    )
+    ip = cluster.kubectl(
+        "get", "service", "prometheus", "-n", namespace, "-o", "jsonpath={.spec.clusterIP}"
+    ).stdout
+    return Prometheus(cluster, namespace, f"http://{ip}:9090")
+
+
+@dataclass
+class Installed:
+    release: str
+    release_namespace: str
+    workload_namespace: str
+    prometheus: Prometheus
+
+
+@pytest.fixture(scope="module")
+def installed(kube_cluster: LocalCluster) -> Iterator[Installed]:
+    """The chart from the built image in a restricted namespace, and Prometheus; uninstalled afterwards."""
+    suffix = uuid.uuid4().hex[:6]
+    release, release_ns, workload_ns = f"x{suffix}", f"xpyd-{suffix}", f"w-{suffix}"
+    _advertise_gpus(kube_cluster)
+    prometheus = _deploy_prometheus(kube_cluster, f"mon-{suffix}")
+    _restricted_namespace(kube_cluster, release_ns)
+    kube_cluster.kubectl("create", "namespace", workload_ns)
+    repository, _, tag = _image(XPYD_IMAGE_ENV).rpartition(":")
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "routerAccess": {"enabled": True, "namespaces": [workload_ns]},
+        "operator": {"settings": {"resyncSeconds": 2, "activePollSeconds": 0.5}},
+    }
+    install = ["install", release, str(CHART_DIR), "-n", release_ns, "--wait", "--timeout=240s"]
+    installed = helm(*install, values=values, env=kube_cluster.env())
+    assert installed.returncode == 0, installed.stderr
+    yield Installed(release, release_ns, workload_ns, prometheus)
+    helm("uninstall", release, "-n", release_ns, "--wait", env=kube_cluster.env())
+
+
+def test_chart_runs_operator_and_controller_as_restricted_pods(
+    kube_cluster: LocalCluster, installed: Installed
+) -> None:
+    """Both Deployments' pods run the image in the restricted namespace, and Prometheus scrapes the
+    controller pod: pods are real, not kwok's."""
+    pods = get_json(kube_cluster, "pods", "-n", installed.release_namespace)["items"]
+    running = {
+        p["metadata"]["labels"]["app.kubernetes.io/component"]: p
+        for p in pods
+        if p["status"]["phase"] == "Running"
+        and all(c.get("ready") for c in p["status"].get("containerStatuses", []))
+    }
+    assert sorted(running) == ["controller", "operator"]
+    for pod in running.values():
+        assert pod["spec"]["containers"][0]["image"] == _image(XPYD_IMAGE_ENV)
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    wait_until(
+        lambda: any(r["value"][1] == "1" for r in installed.prometheus.query('up{job="xpyd-controller"}')),
+        120,
+        "Prometheus in the cluster to scrape the controller pod",
+    )
+
+
+def _stand_in_pdd(name: str, installed: Installed) -> dict[str, Any]:
+    image = _image(XPYD_IMAGE_ENV)
+    return {
+        "apiVersion": "xpyd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "preset": "llama-3.1-8b"},
+            "engine": {"image": image, "command": ["python", "-m", "xpyd_controller.standin"]},
+            "prefill": {"replicas": 2},
+            "decode": {"replicas": 1},
+            "router": {"image": _image(ROUTER_IMAGE_ENV), "serviceAccountName": ROUTER_ACCOUNT},
+            # Advisory: the controller reads the in-cluster Prometheus and writes status only, so the
+            # sizes below are the test's.
+            "autoscaling": {
+                "mode": "Advisory",
+                "intervalSeconds": 2,
+                "prometheus": {"url": installed.prometheus.url},
+            },
+        },
+    }
+
+
+def _pods_ready(cluster: LocalCluster, namespace: str, name: str, count: int) -> bool:
+    pods = instance_pods(cluster, namespace, name)
+    ready = [
+        p
+        for p in pods
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    ]
+    return len(ready) == count
+
+
+def _settled(cluster: LocalCluster, namespace: str, name: str, prefill: int, decode: int) -> bool:
+    pods = instance_pods(cluster, namespace, name)
+    moving = [p for p in pods if ANNOTATION_TRANSITION in (p["metadata"].get("annotations") or {})]
+    wanted = sorted(["prefill"] * prefill + ["decode"] * decode)
+    return not moving and sorted(roles(pods).values()) == wanted
+
+
+def test_conversion_on_real_pods_behind_the_real_router(
+    kube_cluster: LocalCluster, installed: Installed
+) -> None:
+    """2 prefill + 1 decode stand-in engines; asking for 1 + 2 converts a running prefill pod in place (same
+    pod, no restart), the router's service discovery moves it to the decode pool and a completion sent
+    through the router is answered; Prometheus sees the pod's series under its new role."""
+    namespace, name = installed.workload_namespace, "kind-pd"
+    apply(kube_cluster, namespace, _stand_in_pdd(name, installed))
+    wait_ready(kube_cluster, namespace, name, timeout=300)
+    wait_until(lambda: _pods_ready(kube_cluster, namespace, name, 3), 180, "3 ready stand-in pods")
+    before = {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in instance_pods(kube_cluster, namespace, name)
+    }
+    router = f"{name}-router"
+    kube_cluster.kubectl(
+        "rollout", "status", f"deployment/{router}", "-n", namespace, "--timeout=180s", timeout=200
+    )
+
+    patch_spec(kube_cluster, namespace, name, {"prefill": {"replicas": 1}, "decode": {"replicas": 2}})
+    wait_until(lambda: _settled(kube_cluster, namespace, name, 1, 2), 180, "a prefill->decode conversion")
+
+    pods = instance_pods(kube_cluster, namespace, name)
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} == before, (
+        "the same pods, none replaced"
+    )
+    converted = [
+        p for p in pods if int((p["metadata"].get("annotations") or {}).get(ANNOTATION_CONVERSIONS, "0")) == 1
+    ]
+    assert len(converted) == 1 and converted[0]["metadata"]["labels"][LABEL_ROLE] == "decode"
+    assert converted[0]["status"]["containerStatuses"][0]["restartCount"] == 0, (
+        "converted in place, not restarted"
+    )
+    pod_ip = converted[0]["status"]["podIP"]
+
+    def router_sees_it_as_decode() -> bool:
+        workers = json.loads(
+            kube_cluster.kubectl("get", "--raw", _proxy(namespace, router, 8000, "workers")).stdout
+        )
+        entries = workers.get("workers", workers) if isinstance(workers, dict) else workers
+        return any(pod_ip in json.dumps(w) and "decode" in json.dumps(w).lower() for w in entries)
+
+    wait_until(router_sees_it_as_decode, 60, "the router to list the converted pod as a decode worker")
+    body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "hello", "max_tokens": 4}
+    answer = kube_cluster.kubectl(
+        "create",
+        "--raw",
+        _proxy(namespace, router, 8000, "v1/completions"),
+        "-f",
+        "-",
+        input=json.dumps(body),
+    )
+    assert json.loads(answer.stdout)["choices"], answer.stdout
+
+    converted_pod = converted[0]["metadata"]["name"]
+    wait_until(
+        lambda: bool(
+            installed.prometheus.query(f'up{{pod="{converted_pod}",role="decode",pdd="{name}"}} == 1')
+        ),
+        120,
+        "Prometheus to scrape the converted pod under its new role",
+    )
+    wait_until(
+        lambda: bool(
+            (get_json(kube_cluster, "pdd", name, "-n", namespace).get("status") or {}).get("autoscaler")
+        ),
+        120,
+        "the in-cluster controller to write status.autoscaler from the in-cluster Prometheus",
+    )
