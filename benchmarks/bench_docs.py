@@ -11,7 +11,7 @@ def replace_section(heading: str, body: str, keep_from: str | None = None, appen
     """Swap the text under `heading` (up to the next `## `) for `body`.
 
     `keep_from`: keep the old section's tail from this marker on (another script's subsection).
-    `append`: put `body` after the old section's text (minus any previous copy of `body`'s heading).
+    `append`: `body` is a subsection: it replaces its previous copy, or goes at the section's end.
     """
     docs = DOCS.read_text(encoding="utf-8")
     start = docs.index(heading)
@@ -19,9 +19,16 @@ def replace_section(heading: str, body: str, keep_from: str | None = None, appen
     end = len(docs) if end < 0 else end
     old = docs[start:end]
     if append:
+        # The body is a `### ` subsection: replace its previous copy in place (the subsections after it,
+        # other scripts', stay), or add it at the section's end.
         marker = body.splitlines()[0]
-        head = old[: old.index(marker)] if marker in old else old
-        new = head.rstrip() + "\n\n" + body.strip() + "\n"
+        if marker in old:
+            at = old.index(marker)
+            after = old.find("\n### ", at + len(marker))
+            rest = "" if after < 0 else old[after:]
+            new = old[:at] + body.strip() + "\n" + ("\n" + rest.strip() + "\n" if rest else "")
+        else:
+            new = old.rstrip() + "\n\n" + body.strip() + "\n"
     else:
         tail = old[old.index(keep_from) :] if keep_from and keep_from in old else ""
         new = body.strip() + "\n" + (f"\n{tail.strip()}\n" if tail else "")

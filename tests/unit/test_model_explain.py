@@ -46,8 +46,23 @@ def words(**case: object) -> str:
         ({"tpot": 0.012, "isl": 512}, "bound by TPOT bandwidth"),
         ({"rate": 10.0, "isl": 6000, "ttft": 0.6, "tpot": 0.03, "context": 0.99}, "Poisson swings"),
         (
+            {
+                "model": LLAMA_70B,
+                "isl": 131072,
+                "ttft": 400,
+                "budget": 0.2,
+                "pools": PoolConfig(8, 8, layerwise_transfer=False),
+            },
+            "KV transfer of 42.9 GB takes 859 ms on the-link (serialized: layer-wise pipelining off): over the "
+            "200 ms budget; needs NVLink or KV compression",
+        ),
+        (
             {"model": LLAMA_70B, "isl": 131072, "ttft": 400, "budget": 0.2, "pools": PoolConfig(8, 8)},
-            "KV transfer of 42.9 GB takes 859 ms on the-link: over the 200 ms budget; needs NVLink or KV compression",
+            "it fits only because it overlaps the prefill",
+        ),
+        (
+            {"link": LinkSpec(bandwidth=1e9), "isl": 8192, "ttft": 30, "budget": 0.1},
+            "and leaves 665 ms exposed even pipelined layer by layer: over the 100 ms budget",
         ),
         ({"model": LLAMA_70B}, "needs 2 or more GPUs per prefill instance"),
         (

@@ -114,12 +114,39 @@ def test_binding_decode_bound(gpu: GpuSpec, tpot: float, isl: int, bound: str) -
     ],
 )
 def test_lecture_transfer_feasible_region(model: ModelSpec, tokens: int, feasible: bool) -> None:
+    """The lecture's region is for the serialized transfer: plan without layer-wise pipelining."""
     plan = size_pools(
-        model, H100, IB, Workload(rate=1, isl=tokens, osl=128), Slo(ttft=30, tpot=0.1, transfer_budget=0.2)
+        model,
+        H100,
+        IB,
+        Workload(rate=1, isl=tokens, osl=128),
+        Slo(ttft=30, tpot=0.1, transfer_budget=0.2),
+        pools=PoolConfig(layerwise_transfer=False),
     )
     row = plan.as_dict()
     assert row["transfer_feasible"] is feasible
     assert (model.kv_bytes_per_token <= row["kv_max_bytes_per_token"]) is feasible  # type: ignore[operator]
+
+
+def test_transfer_budget_is_judged_on_the_exposed_time_when_layers_overlap() -> None:
+    """70B at 128K over IB: 859 ms serialized, 10.7 ms exposed; bandwidth stays a hard limit."""
+    workload = Workload(rate=1, isl=128 * 1024, osl=256)
+    slo = Slo(ttft=60, tpot=0.05, transfer_budget=0.2)
+    overlapped = size_pools(LLAMA_70B, H100, IB, workload, slo, pools=PoolConfig(8, 8)).as_dict()
+    assert overlapped["overlap_feasible"] is True
+    assert overlapped["transfer_seconds"] == pytest.approx(0.859, rel=0.01)
+    assert overlapped["exposed_transfer_seconds"] == pytest.approx(0.859 / 80, rel=0.01)
+    assert overlapped["transfer_feasible"] is True
+    serialized = size_pools(
+        LLAMA_70B, H100, IB, workload, slo, pools=PoolConfig(8, 8, layerwise_transfer=False)
+    ).as_dict()
+    assert serialized["exposed_transfer_seconds"] == serialized["transfer_seconds"]
+    assert serialized["transfer_feasible"] is False
+    # Latency can be hidden, bandwidth cannot: a link that carries less than λ·L·kv stays infeasible.
+    slow = Slo(ttft=1000, tpot=0.05, transfer_budget=900)  # any latency is within budget here
+    thin = size_pools(LLAMA_70B, H100, LinkSpec(bandwidth=1e8), workload, slow, pools=PoolConfig(8, 8))
+    assert bool(thin.transfer_feasible)
+    assert not bool(thin.link_feasible) and not bool(thin.feasible)
 
 
 def test_lecture_128k_70b_link_demand() -> None:
@@ -379,3 +406,32 @@ def test_simulator_consistent_inputs_size_long_context_decode(
         return int(size_pools(LLAMA_8B, H100, IB, workload, slo, pools=pools).decode_instances)
 
     assert (decode(None), decode(0.99)) == (mean_decode, benchmark_decode)
+
+
+def test_prefill_first_flow_holds_decode_kv_only_for_the_decode() -> None:
+    """Prefill-first (vLLM's router): sessions last L_out·t_step; decode-first adds the whole TTFT."""
+    workload = Workload(rate=12, isl=6000, osl=150)
+    slo = Slo(ttft=2.0, tpot=0.05)
+    flows = {
+        flow: size_pools(LLAMA_8B, H100, IB, workload, slo, pools=PoolConfig(request_flow=flow))
+        for flow in ("decode_first", "prefill_first")
+    }
+    prefill_first, decode_first = flows["prefill_first"], flows["decode_first"]
+    step = float(prefill_first.decode_step_seconds)
+    assert float(prefill_first.concurrency) == pytest.approx(12 * 150 * step)
+    step_df = float(decode_first.decode_step_seconds)
+    assert float(decode_first.concurrency) == pytest.approx(12 * (2.0 + 150 * step_df))
+    # A long-prompt, short-output mix: decode-first counts 24 sessions of pure waiting.
+    assert float(decode_first.concurrency) - float(prefill_first.concurrency) > 24
+    assert int(prefill_first.decode_instances) <= int(decode_first.decode_instances)
+    assert prefill_first.request_flow == "prefill_first"
+    assert prefill_first.as_dict()["request_flow"] == "prefill_first"
+    # Prefill is untouched by the flow.
+    assert int(prefill_first.prefill_instances) == int(decode_first.prefill_instances)
+
+
+def test_request_flow_is_validated() -> None:
+    with pytest.raises(SpecError) as error:
+        PoolConfig(request_flow="sideways")  # type: ignore[arg-type]
+    assert error.value.field == "request_flow"
+    assert "prefill_first" in error.value.rule

@@ -57,7 +57,7 @@ def test_custom_mla_model_from_flags(capsys: pytest.CaptureFixture[str]) -> None
             "plan",
             *TRAFFIC,
             "--json",
-            *("--params", "16e9", "--layers", "27", "--kv-heads", "16", "--head-dim", "128"),
+            *("--params", "16e9", "--layers", "27"),  # no --kv-heads/--head-dim: MLA needs neither
             *("--kv-latent-dim", "512", "--rope-dim", "64"),
         ]
     )
@@ -65,6 +65,22 @@ def test_custom_mla_model_from_flags(capsys: pytest.CaptureFixture[str]) -> None
     assert code in (0, 1)
     assert row["kv_bytes_per_token"] == 27 * (512 + 64) * 2
     assert row["attention_factor"] == 1.0  # no hidden size given
+
+
+def test_request_flow_flag_sizes_decode_sessions(capsys: pytest.CaptureFixture[str]) -> None:
+    """Long prompts, short outputs: prefill-first counts only the decode's residency."""
+    flags = ("--rate", "12", "--isl", "6000", "--osl", "150", "--json")
+    _, out, _ = run_plan(capsys, *flags)
+    decode_first = json.loads(out)
+    _, out, _ = run_plan(capsys, *flags, "--request-flow", "prefill-first")
+    prefill_first = json.loads(out)
+    assert decode_first["request_flow"] == "decode_first"
+    assert prefill_first["request_flow"] == "prefill_first"
+    step = prefill_first["decode_step_seconds"]
+    assert prefill_first["concurrency"] == pytest.approx(12 * 150 * step)
+    assert decode_first["concurrency"] > prefill_first["concurrency"] + 12 * 2.0 * 0.99
+    _, out, _ = run_plan(capsys, *flags[:-1], "--request-flow", "prefill-first")
+    assert "sessions: λ·L_out·TPOT, prefill-first" in out
 
 
 def test_human_table_names_the_binding_constraint(capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,12 +95,30 @@ def test_infeasible_transfer_in_words_and_exit_one(capsys: pytest.CaptureFixture
         capsys,
         *("--model", "llama-3.1-70b", "--prefill-gpus", "8", "--decode-gpus", "8"),
         *("--rate", "1", "--isl", "131072", "--osl", "256", "--ttft-slo", "60", "--transfer-budget", "0.2"),
+        "--no-layerwise-transfer",
     )
     assert code == 1
     assert (
-        "KV transfer of 42.9 GB takes 859 ms on ib-400g: over the 200 ms budget; needs NVLink or KV compression"
-        in out
+        "KV transfer of 42.9 GB takes 859 ms on ib-400g (serialized: layer-wise pipelining off): over the "
+        "200 ms budget; needs NVLink or KV compression" in out
     )
+
+
+def test_transfer_verdict_follows_the_exposed_time_under_layerwise_overlap(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The verdict and the overlap note agree: 10.7 ms exposed fits a 200 ms budget."""
+    code, out, _ = run_plan(
+        capsys,
+        *("--model", "llama-3.1-70b", "--prefill-gpus", "8", "--decode-gpus", "8"),
+        *("--rate", "1", "--isl", "131072", "--osl", "256", "--ttft-slo", "60", "--transfer-budget", "0.2"),
+    )
+    assert code == 0
+    assert "KV transfer (serialized)           859 ms" in out
+    assert (
+        "KV transfer exposed               10.7 ms   budget 200 ms: feasible, layer-wise overlap holds" in out
+    )
+    assert "INFEASIBLE" not in out
 
 
 def test_weights_that_do_not_fit_say_how_many_gpus(capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,9 +154,44 @@ def test_invalid_input_exits_two_naming_flag_value_rule(
         assert word in err
 
 
-def test_custom_model_needs_its_shape(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", *TRAFFIC, "--params", "8e9"]) == 2
-    assert "--layers, --kv-heads, --head-dim are required" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--params", "8e9"],
+            "--model: not given, so --layers, --kv-heads, --head-dim are required (MLA: --kv-latent-dim "
+            "and --rope-dim instead of --kv-heads, --head-dim)",
+        ),
+        (["--params", "8e9", "--layers", "32", "--kv-latent-dim", "512"], "so --rope-dim is required"),
+        (
+            ["--params", "8e9", "--layers", "32", "--kv-latent-dim", "512", "--rope-dim", "0"],
+            "--rope-dim 0: must be an integer > 0",
+        ),
+        (
+            [
+                "--params",
+                "8e9",
+                "--layers",
+                "32",
+                "--kv-heads",
+                "8",
+                "--head-dim",
+                "128",
+                "--active-params",
+                "9e9",
+            ],
+            "--active-params 9000000000.0: must be <= --params (8e+09)",
+        ),
+    ],
+)
+def test_custom_model_needs_its_shape(
+    capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    """Messages name the flags the user types, never the spec's field names."""
+    assert main(["plan", *TRAFFIC, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "_" not in err.replace("xpyd plan", "")
 
 
 @pytest.mark.parametrize("spec", ["rate=1:4", "rate=1,2,3,4", "rate=1:4:1"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -134,6 +135,20 @@ def register(subparsers: Any) -> None:
     pools.add_argument("--decode-gpus", type=float, default=1, help="GPUs per decode instance (1)")
     pools.add_argument("--step-overhead", type=float, default=0.0, help="fixed seconds per decode step (0)")
     pools.add_argument(
+        "--request-flow",
+        choices=("decode-first", "prefill-first"),
+        default="decode-first",
+        help="when decode starts holding a request's KV: on arrival, before the remote prefill (decode-first:"
+        " Dynamo, SGLang; session TTFT + L_out·TPOT) or on admission after prefill and KV transfer"
+        " (prefill-first: vLLM's router and disagg proxy; session L_out·TPOT) (decode-first)",
+    )
+    pools.add_argument(
+        "--no-layerwise-transfer",
+        dest="layerwise_transfer",
+        action="store_false",
+        help="plan without layer-wise pipelining: the whole serialized KV transfer is on the TTFT path",
+    )
+    pools.add_argument(
         "--remote-overhead",
         type=float,
         default=0.0,
@@ -175,12 +190,30 @@ def build_model(args: argparse.Namespace) -> ModelSpec:
     overrides = _overrides(args, MODEL_FLAGS)
     if args.model is not None:
         return dataclasses.replace(MODEL_PRESETS[args.model], **overrides)
-    missing = [
-        flag_of(name) for name in ("params", "layers", "kv_heads", "head_dim") if name not in overrides
-    ]
+    mla = "kv_latent_dim" in overrides or "rope_dim" in overrides
+    shape = (
+        ("params", "layers", "kv_latent_dim", "rope_dim")
+        if mla
+        else ("params", "layers", "kv_heads", "head_dim")
+    )
+    missing = [flag_of(name) for name in shape if name not in overrides]
     if missing:
-        raise PlanInputError(f"--model: not given, so {', '.join(missing)} are required")
+        alternative = (
+            "" if mla else " (MLA: --kv-latent-dim and --rope-dim instead of --kv-heads, --head-dim)"
+        )
+        verb = "is" if len(missing) == 1 else "are"
+        raise PlanInputError(f"--model: not given, so {', '.join(missing)} {verb} required{alternative}")
     return ModelSpec(**overrides)
+
+
+def spec_error_words(error: SpecError) -> str:
+    """A SpecError in the command line's terms: every field it names (in the rule too) as its flag."""
+    known = {*MODEL_FLAGS, *GPU_FLAGS, *FLAG_OF_FIELD, "rate", "isl", "osl", "hit_rate", "isl_std", "osl_std"}
+    known |= {"transfer_budget", "ttft_quantile", "context_quantile", "prefill_gpus", "decode_gpus"}
+    known |= {"step_overhead", "remote_overhead", "request_flow"}
+    rule = re.sub(r"\b[a-z]+(?:_[a-z]+)*\b", lambda m: flag_of(m[0]) if m[0] in known else m[0], error.rule)
+    value = "(not given)" if error.value is None else repr(error.value)
+    return f"{flag_of(error.field)} {value}: {rule}"
 
 
 def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None = None) -> PlanInputs:
@@ -226,6 +259,8 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
             decode_gpus=number("decode_gpus"),
             step_overhead=number("step_overhead"),
             remote_overhead=number("remote_overhead"),
+            request_flow="prefill_first" if args.request_flow == "prefill-first" else "decode_first",
+            layerwise_transfer=args.layerwise_transfer,
         ),
         model_name=(args.model or "custom model")
         + (" (modified)" if args.model and _overrides(args, MODEL_FLAGS) else ""),
@@ -356,22 +391,39 @@ def render_table(plan: Plan, inputs: PlanInputs) -> str:
             seconds("decode_step_seconds"),
             f"SLO {seconds('tpot_slo_seconds')}, floor {seconds('tpot_floor_seconds')}",
         ),
-        ("concurrency", f"{at('concurrency'):.4g}", "sessions: λ·(TTFT + L_out·TPOT)"),
         (
-            "KV transfer",
+            "concurrency",
+            f"{at('concurrency'):.4g}",
+            "sessions: λ·(TTFT + L_out·TPOT), decode-first"
+            if plan.request_flow == "decode_first"
+            else "sessions: λ·L_out·TPOT, prefill-first",
+        ),
+        (
+            "KV transfer (serialized)",
             seconds("transfer_seconds"),
-            f"{format_bytes(at('transfer_bytes'))}, exposed {seconds('exposed_transfer_seconds')}",
+            f"{format_bytes(at('transfer_bytes'))} at {format_bytes(inputs.link.bandwidth)}/s",
         ),
         (
-            "kv_max",
-            f"{format_bytes(at('kv_max_bytes_per_token'))}/token",
+            "KV transfer exposed",
+            seconds("exposed_transfer_seconds"),
             f"budget {seconds('transfer_budget_seconds')}: "
-            + ("feasible" if at("transfer_feasible") else "INFEASIBLE"),
+            + ("feasible" if at("transfer_feasible") else "INFEASIBLE")
+            + (
+                ", layer-wise overlap " + ("holds" if at("overlap_feasible") else "fails")
+                if plan.layerwise_transfer
+                else ", no layer-wise pipelining"
+            ),
         ),
         (
-            "link demand",
+            "kv_max (serialized)",
+            f"{format_bytes(at('kv_max_bytes_per_token'))}/token",
+            f"largest kv/token whose whole transfer fits {seconds('transfer_budget_seconds')}",
+        ),
+        (
+            "link demand λ·L·kv",
             f"{format_bytes(at('link_demand_bytes_per_second'))}/s",
-            f"capacity {format_bytes(at('link_capacity_bytes_per_second'))}/s",
+            f"capacity {format_bytes(at('link_capacity_bytes_per_second'))}/s: "
+            + ("feasible" if at("link_feasible") else "INFEASIBLE (bandwidth cannot be hidden)"),
         ),
         ("local prefill below", f"{threshold:.0f} tokens" if np.isfinite(threshold) else "never", "L_thresh"),
     ]
@@ -499,7 +551,7 @@ def run(args: argparse.Namespace) -> int:
         )
         check_physical_floors(plan, inputs)
     except SpecError as err:
-        print(f"xpyd plan: error: {flag_of(err.field)} {err.value!r}: {err.rule}", file=sys.stderr)
+        print(f"xpyd plan: error: {spec_error_words(err)}", file=sys.stderr)
         return 2
     except PlanInputError as err:
         print(f"xpyd plan: error: {err}", file=sys.stderr)

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -58,7 +59,7 @@ def register(subparsers: Any) -> None:
 
 
 def parse_split(text: str, mode: str) -> tuple[int, int]:
-    """`X:Y` → (X, Y); colocated also takes `N`, `NG` or `0:N` → (0, N)."""
+    """`X:Y` → (X, Y) prefill:decode instances (disagg); colocated takes `N`, `NG` or `0:N` → (0, N)."""
     parts = text.strip().upper().removesuffix("G").split(":")
     try:
         numbers = [int(p) for p in parts]
@@ -67,10 +68,55 @@ def parse_split(text: str, mode: str) -> tuple[int, int]:
             "--split", text, "must be X:Y (disagg) or N (colocated), whole numbers"
         ) from None
     if len(numbers) == 1 and mode == "colocated":
+        if numbers[0] < 1:
+            raise SimConfigError("--split", text, "a co-located fleet needs N >= 1 GPUs")
         return 0, numbers[0]
     if len(numbers) != 2 or min(numbers) < 0:
-        raise SimConfigError("--split", text, "must be X:Y with whole numbers >= 0")
-    return numbers[0], numbers[1]
+        raise SimConfigError("--split", text, "must be X:Y prefill:decode instances, two whole numbers >= 0")
+    prefill, decode = numbers
+    if mode == "colocated":
+        if prefill != 0 or decode < 1:
+            raise SimConfigError("--split", text, "a co-located fleet is N (or 0:N) GPUs, N >= 1")
+    elif prefill < 1 or decode < 1:
+        raise SimConfigError(
+            "--split",
+            text,
+            "a PD fleet needs >= 1 prefill and >= 1 decode instance (a co-located fleet: --mode colocated --split N)",
+        )
+    return prefill, decode
+
+
+PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse a plot file that cannot be written before a possibly long run, not after it."""
+    target = Path(path)
+    if target.suffix.lower().lstrip(".") not in PLOT_FORMATS:
+        raise SimConfigError("--plot", path, f"must end in one of .{', .'.join(PLOT_FORMATS)}")
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise SimConfigError("--plot", path, "is a directory, not a file")
+    if not folder.is_dir():
+        raise SimConfigError("--plot", path, f"folder {str(folder)!r} does not exist")
+    existed = target.exists()
+    try:  # permissions alone do not tell (root, read-only or virtual file systems): try it
+        with target.open("ab"):
+            pass
+    except OSError as error:
+        raise SimConfigError("--plot", path, f"is not writable ({error.strerror or error})") from None
+    if not existed:
+        target.unlink()
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """What the flags alone can tell is wrong, before any scenario is loaded or traffic drawn."""
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
+        raise SimConfigError("--rate", args.rate, "must be a finite number > 0 (requests/s)")
+    if args.policy is not None and args.policy not in policy_names():
+        raise SimConfigError("--policy", args.policy, f"unknown policy; known: {', '.join(policy_names())}")
+    if args.plot:
+        check_plot_path(args.plot)
 
 
 def parse_knobs(texts: list[str]) -> dict[str, float]:
@@ -90,11 +136,8 @@ def parse_knobs(texts: list[str]) -> dict[str, float]:
 
 
 def implied_mode(split: str | None) -> Mode | None:
-    """`--split X:Y` with X > 0 can only mean a PD fleet, so it needs no `--mode disagg` beside it."""
-    if split is None or ":" not in split:
-        return None
-    prefill = split.split(":", 1)[0].strip()
-    return "disagg" if prefill.isdigit() and int(prefill) > 0 else None
+    """`--split X:Y` means a PD fleet (X prefill, Y decode instances), so it needs no `--mode disagg`."""
+    return "disagg" if split is not None and ":" in split else None
 
 
 def apply_overrides(scenario: Scenario, args: argparse.Namespace) -> Scenario:
@@ -118,6 +161,7 @@ def apply_overrides(scenario: Scenario, args: argparse.Namespace) -> Scenario:
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
+        check_arguments(args)
         knobs = parse_knobs(args.knob)
         scenario = apply_overrides(load_scenario(args.scenario), args)
         trace = scenario.traffic.build(args.seed, args.rate)
@@ -160,12 +204,16 @@ def run(args: argparse.Namespace) -> int:
     }
     if scenario.step_at_s is not None:
         summary["recovery_seconds"] = recovery_time_s(result, scenario.step_at_s)
-    if args.plot:
-        plot_run(result, args.plot, title=f"{scenario.name} · {summary['policy'] or summary['split']}")
     if args.json:
         print(json.dumps({k: _json_value(v) for k, v in summary.items()}))
     else:
         Console().print(summary_table(summary, result))
+    if args.plot:
+        try:
+            plot_run(result, args.plot, title=f"{scenario.name} · {summary['policy'] or summary['split']}")
+        except OSError as error:  # checked up front; the file system can still change during the run
+            err.print(f"xpyd simulate: --plot {args.plot!r}: {error.strerror or error}", markup=False)
+            return 2
     return 0
 
 

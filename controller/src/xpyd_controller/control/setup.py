@@ -11,9 +11,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from xpyd_api.models import HardwareSpec, PDDeploymentSpec
+from xpyd_api.models import EngineType, HardwareSpec, PDDeploymentSpec, RouterType
 from xpyd_api.models import ModelSpec as ApiModelSpec
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.sizing import RequestFlow
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.types import Limits
@@ -46,9 +47,9 @@ def model_spec(model: ApiModelSpec) -> ModelSpec:
     overrides = _given(model, _MODEL_FIELDS + _MLA_FIELDS)
     if model.preset is not None:
         return dataclasses.replace(_preset(MODEL_PRESETS, "spec.model.preset", model.preset), **overrides)
-    missing = [
-        f"spec.model.{name}" for name in ("params", "layers", "kv_heads", "head_dim") if name not in overrides
-    ]
+    mla = "kv_latent_dim" in overrides or "rope_dim" in overrides
+    shape = ("params", "layers", *(_MLA_FIELDS if mla else ("kv_heads", "head_dim")))
+    missing = [f"spec.model.{name}" for name in shape if name not in overrides]
     if missing:
         raise SetupError(
             f"spec.model.preset is not set, so {', '.join(missing)} must be (the capacity model needs them)"
@@ -74,6 +75,14 @@ def link_spec(hardware: HardwareSpec) -> LinkSpec:
     return dataclasses.replace(preset, **overrides)
 
 
+def request_flow(spec: PDDeploymentSpec) -> RequestFlow:
+    """vllm-router sends a vLLM request to prefill, then to decode with the KV's address (prefill-first);
+    sglang-router sends it to both at once and decode pre-allocates its KV (decode-first); otherwise
+    the seeds' decode-first, which never under-sizes decode."""
+    vllm_pair = spec.engine.type is EngineType.VLLM and spec.router.type is RouterType.VLLM_ROUTER
+    return "prefill_first" if vllm_pair else "decode_first"
+
+
 def policy_context(spec: PDDeploymentSpec) -> PolicyContext:
     """Everything a policy factory needs, from the spec; raises SetupError (or the specs' own errors)."""
     autoscaling = spec.autoscaling
@@ -88,6 +97,7 @@ def policy_context(spec: PDDeploymentSpec) -> PolicyContext:
         scrape_interval_s=autoscaling.interval_seconds,
         initial_prefill=spec.prefill.replicas,
         initial_decode=spec.decode.replicas,
+        request_flow=request_flow(spec),
         knobs={
             "up_window_s": autoscaling.scale_up_window_seconds,
             "down_window_s": autoscaling.scale_down_window_seconds,

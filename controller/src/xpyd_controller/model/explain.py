@@ -124,11 +124,17 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
                 "(size with --ttft-quantile)"
             )
     transfer, budget = at("transfer_seconds"), at("transfer_budget_seconds")
-    if transfer > budget:
+    exposed = at("exposed_transfer_seconds")
+    if exposed > budget:
+        hidden = (
+            f" and leaves {format_seconds(exposed)} exposed even pipelined layer by layer"
+            if plan.layerwise_transfer
+            else " (serialized: layer-wise pipelining off)"
+        )
         infeasible.append(
             f"KV transfer of {format_bytes(at('transfer_bytes'))} takes {format_seconds(transfer)} on "
-            f"{link_name}: over the {format_seconds(budget)} budget; needs NVLink or KV compression "
-            f"(at most {format_bytes(at('kv_max_bytes_per_token'))}/token at this length, model has "
+            f"{link_name}{hidden}: over the {format_seconds(budget)} budget; needs NVLink or KV compression "
+            f"(serialized, at most {format_bytes(at('kv_max_bytes_per_token'))}/token at this length, model has "
             f"{format_bytes(kv)})"
         )
     demand, capacity = at("link_demand_bytes_per_second"), at("link_capacity_bytes_per_second")
@@ -138,15 +144,26 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
             f"{format_bytes(capacity)}/s (one link per GPU on the smaller side): latency can be hidden, "
             "bandwidth cannot"
         )
-    if not bool(np.asarray(plan.overlap_feasible)[index]):
+    if not plan.layerwise_transfer:
+        notes.append(
+            f"layer-wise pipelining off: the whole {format_seconds(transfer)} transfer is on the TTFT path "
+            "and is judged against the budget"
+        )
+    elif not bool(np.asarray(plan.overlap_feasible)[index]):
         notes.append(
             f"layer-wise overlap fails on {link_name} (kv/BW > 2P/π_eff per token): "
-            f"{format_seconds(at('exposed_transfer_seconds'))} of transfer stays on the TTFT path"
+            f"{format_seconds(exposed)} of the {format_seconds(transfer)} transfer stays on the TTFT path "
+            "and is judged against the budget"
         )
     else:
         notes.append(
-            f"layer-wise overlap holds: {format_seconds(transfer)} transfer leaves "
-            f"{format_seconds(at('exposed_transfer_seconds'))} exposed"
+            f"layer-wise overlap holds: the {format_seconds(transfer)} transfer (serialized) leaves "
+            f"{format_seconds(exposed)} exposed, which is what the budget is judged on"
+        )
+    if transfer > budget >= exposed:
+        notes.append(
+            f"serialized, the transfer ({format_seconds(transfer)}) would be over the {format_seconds(budget)} "
+            "budget: it fits only because it overlaps the prefill (--no-layerwise-transfer to plan without)"
         )
     threshold = at("local_prefill_threshold_tokens")
     if not math.isfinite(threshold):

@@ -5,10 +5,14 @@ broadcast), so a 10^6-scenario sweep is one call; `Plan.as_dict(i)` and `explain
 one scenario. With the defaults (no length spread, no quantiles) these are the lecture's xPyD formulas:
 
 - prefill: x = ⌈λ·E[S]⌉, E[S] = 2P(1−h)L_in(1 + L_in/L*)/(G_P·π_eff) (throughput sizing);
-- decode: B_cap = min(KV-capacity bound, TPOT bound), y = ⌈C / B_cap⌉ with C = λ(TTFT + L_out·t_step)
-  by Little's law, taking the step time at full batch, t_step(B_cap) ≤ TPOT SLO (the SLO itself
+- decode: B_cap = min(KV-capacity bound, TPOT bound), y = ⌈C / B_cap⌉ with C = λ·T_sess by Little's
+  law, T_sess = TTFT + L_out·t_step when decode reserves KV before the remote prefill (decode-first,
+  Dynamo) or L_out·t_step when it admits the request after prefill and transfer (prefill-first, vLLM's
+  router and disagg proxy), taking the step time at full batch, t_step(B_cap) ≤ TPOT SLO (the SLO itself
   would over-provision);
-- transfer: T = L·kv/BW + overhead, kv_max, overlap 2P/π_eff ≥ kv/BW, exposed T/n_layers, λ·L·kv;
+- transfer: T = L·kv/BW + overhead, kv_max, overlap 2P/π_eff ≥ kv/BW, exposed T/n_layers; the budget
+  is judged on the exposed time under layer-wise pipelining (on the serialized T without it), while the
+  link's demand λ·L·kv against its capacity stays a hard limit (latency hides, bandwidth does not);
 - L_thresh = O_fixed / (2P/(k_P·π_eff) − kv/BW).
 
 Beyond the seeds (opt-in through `Slo`): `ttft_quantile` sizes prefill so the TTFT quantile *with
@@ -22,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from statistics import NormalDist
-from typing import NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +56,10 @@ BINDING_LABELS: LabelArray = np.array(["throughput", "ttft_quantile"], dtype=obj
 BOUND_LABELS: LabelArray = np.array(["kv_capacity", "tpot_bandwidth", "tpot_compute"], dtype=object)
 DECODE_BINDING_LABELS: LabelArray = np.array(["mean_concurrency", "context_quantile"], dtype=object)
 AnyScalar = TypeVar("AnyScalar", bound=np.generic)
+# When the decode side starts holding a request's KV: on arrival, before it asks for a remote prefill
+# (Dynamo), or on admission after the prefill and the KV transfer (vLLM's router and disagg proxy).
+RequestFlow = Literal["decode_first", "prefill_first"]
+REQUEST_FLOWS: tuple[RequestFlow, ...] = get_args(RequestFlow)
 
 
 def _whole(field: str, value: Numeric) -> FloatArray:
@@ -147,6 +155,12 @@ class PoolConfig:
     `kv_memory_fraction`: the share of a decode instance's HBM the serving engine may fill (vLLM's
     `gpu_memory_utilization`, the simulator's `Realism.kv_memory_fraction`); its KV cache gets that
     share minus the weights. 1 (the seeds) lets the KV fill all HBM left after the weights.
+    `request_flow`: how long a decode session holds KV. "decode_first" (the seeds' C = λ(TTFT +
+    L_out·TPOT), Dynamo) counts the whole TTFT SLO as residency; "prefill_first" (vLLM's router, the
+    disagg proxy, both simulators) only the decode itself, L_out·t_step.
+    `layerwise_transfer`: the engine ships layer i's KV while layer i+1 computes (vLLM's and SGLang's
+    connectors, the simulator's `Realism.layerwise_transfer`), so only the exposed part of the
+    transfer is on the TTFT path; False puts the whole serialized transfer there.
     """
 
     prefill_gpus: Numeric = 1
@@ -154,8 +168,14 @@ class PoolConfig:
     step_overhead: Numeric = 0.0
     remote_overhead: Numeric = 0.0
     kv_memory_fraction: Numeric = 1.0
+    request_flow: RequestFlow = "decode_first"
+    layerwise_transfer: bool = True
 
     def __post_init__(self) -> None:
+        if self.request_flow not in REQUEST_FLOWS:
+            raise SpecError("request_flow", self.request_flow, f"must be one of {', '.join(REQUEST_FLOWS)}")
+        if not isinstance(self.layerwise_transfer, bool):
+            raise SpecError("layerwise_transfer", self.layerwise_transfer, "must be True or False")
         _whole("prefill_gpus", self.prefill_gpus)
         _whole("decode_gpus", self.decode_gpus)
         require_non_negative("step_overhead", self.step_overhead)
@@ -221,18 +241,20 @@ class Plan:
     prefill_weights_fit: BoolArray  # weights W < prefill GPUs × HBM
     decode_weights_fit: BoolArray  # weights W < decode GPUs × HBM (the rest holds KV)
     transfer_bytes: FloatArray  # KV of the mean prompt: L_in·kv
-    transfer_seconds: FloatArray
+    transfer_seconds: FloatArray  # serialized: L_in·kv/BW + link overhead
     transfer_budget_seconds: FloatArray
-    exposed_transfer_seconds: FloatArray
+    exposed_transfer_seconds: FloatArray  # on the TTFT path after prefill (= serialized without layer-wise)
     overlap_feasible: BoolArray
-    kv_max_bytes_per_token: FloatArray
-    transfer_feasible: BoolArray
+    kv_max_bytes_per_token: FloatArray  # largest kv whose serialized transfer fits the budget
+    transfer_feasible: BoolArray  # the exposed transfer (what TTFT pays) fits the budget
     link_demand_bytes_per_second: FloatArray
     link_capacity_bytes_per_second: FloatArray
     local_prefill_threshold_tokens: FloatArray
     decode_prefill_ratio: FloatArray  # the article's D/P = E[N_out]·t_step(c)/(c·E[t_p]) at c = B_cap
     prefill_gpus: FloatArray
     decode_gpus: FloatArray
+    request_flow: RequestFlow  # which session time sized decode (see `PoolConfig`)
+    layerwise_transfer: bool  # the transfer overlaps the prefill layer by layer (see `PoolConfig`)
 
     @property
     def ttft_feasible(self) -> BoolArray:
@@ -335,8 +357,10 @@ def _decode_operating_batch(
     gpus: FloatArray,
     step_overhead: FloatArray,
 ) -> FloatArray:
-    """Mean batch per decode instance: the fixed point of B = (λ·TTFT + λ·L_out·t_step(B)) / y.
+    """Mean batch per decode instance: the fixed point of B = (λ·T_held + λ·L_out·t_step(B)) / y.
 
+    T_held is what a session holds KV for before its first decode step (the TTFT when decode-first, 0
+    when prefill-first).
     t_step(B) = ovh + max(m₀ + m₁B, c₁B) (the roofline of `decode_step_seconds`) is the max of two
     increasing lines, so the fixed point is the larger of the two lines' fixed points. Sizing y from
     the batch cap keeps both slopes λ·L_out·m/y below 1, so both exist; y = 0 means no batch.
@@ -383,9 +407,14 @@ def _handoff(
     # The decode side needs the whole prompt's KV, the cached part included.
     transfer = kv_transfer_seconds(model, link, w["isl"])
     wire = transfer - link.overhead
-    exposed = link.overhead + np.maximum(
-        wire / model.layers, wire - (model.layers - 1) / model.layers * prompt_prefill
-    )
+    if pools.layerwise_transfer:
+        # The last layer's KV leaves T_wire/n after the prefill ends, or later when the link is slower
+        # than the compute (overlap fails): then the wire time the prefill did not cover stays exposed.
+        exposed = link.overhead + np.maximum(
+            wire / model.layers, wire - (model.layers - 1) / model.layers * prompt_prefill
+        )
+    else:
+        exposed = transfer
     per_token_compute = 2 * model.compute_params / (g_p * gpu.effective_flops)
     per_token_wire = model.kv_bytes_per_token / link.bandwidth
     with np.errstate(divide="ignore"):
@@ -420,7 +449,8 @@ def _decode_pool(
 ) -> _Decode:
     """Batch cap from KV capacity and the TPOT roofline, then instances by Little's law."""
     rate, osl = w["rate"], w["osl"]
-    ttft_slo = np.asarray(slo.ttft, np.float64)
+    # KV held before the first decode step: the whole TTFT when decode reserves it on arrival.
+    held_before_decode = np.asarray(slo.ttft if pools.request_flow == "decode_first" else 0.0, np.float64)
     g_d = np.asarray(pools.decode_gpus, np.float64)
     step_overhead = np.asarray(pools.step_overhead, np.float64)
     kv, weights = model.kv_bytes_per_token, model.weight_footprint_bytes
@@ -443,9 +473,9 @@ def _decode_pool(
     step_at_cap = decode_step_seconds(
         model, gpu, np.maximum(batch_cap, 1), context, gpus=g_d, step_overhead=step_overhead
     )
-    # Sessions last TTFT + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
-    # y·B_cap ≥ λ(TTFT + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
-    sessions = rate * (ttft_slo + osl * step_at_cap)
+    # Sessions last (TTFT +) L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
+    # y·B_cap ≥ λ((TTFT +) L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
+    sessions = rate * (held_before_decode + osl * step_at_cap)
     mean_needed = np.ceil(sessions / np.maximum(batch_cap, 1))
     needed = mean_needed
     if z > 0:
@@ -461,7 +491,7 @@ def _decode_pool(
     batch = _decode_operating_batch(
         model,
         gpu,
-        reserved_rate=rate * ttft_slo,
+        reserved_rate=rate * held_before_decode,
         token_rate=rate * osl,
         instances=instances,
         context=context,
@@ -481,7 +511,7 @@ def _decode_pool(
         instances=instances,
         binding=DECODE_BINDING_LABELS[(needed > mean_needed).astype(np.int8)],
         step=step,
-        concurrency=rate * (ttft_slo + osl * step),
+        concurrency=rate * (held_before_decode + osl * step),
         tpot_floor=step_overhead + weights / (g_d * gpu.effective_bandwidth),
     )
 
@@ -607,7 +637,7 @@ def size_pools(
         exposed_transfer_seconds=full(handoff.exposed),
         overlap_feasible=full(handoff.overlap),
         kv_max_bytes_per_token=full((budget - link.overhead) * link.bandwidth / w["isl"]),
-        transfer_feasible=full(handoff.transfer <= budget),
+        transfer_feasible=full(handoff.exposed <= budget),
         link_demand_bytes_per_second=full(w["rate"] * w["isl"] * model.kv_bytes_per_token),
         link_capacity_bytes_per_second=full(
             link.bandwidth * np.minimum(prefill.instances * g_p, decode.instances * g_d)
@@ -624,4 +654,6 @@ def size_pools(
         ),
         prefill_gpus=full(g_p),
         decode_gpus=full(g_d),
+        request_flow=pools.request_flow,
+        layerwise_transfer=pools.layerwise_transfer,
     )

@@ -64,13 +64,14 @@ class ModelSpec:
     `active_params` is the per-token compute count for mixture-of-experts models (None = dense, equal
     to `params`). `hidden_size` None means "unknown": the prefill attention correction is then 1.
     Set `kv_latent_dim` and `rope_dim` together for MLA (DeepSeek): one compressed latent plus the
-    decoupled RoPE key per layer replaces the per-head K and V.
+    decoupled RoPE key per layer replaces the per-head K and V, so `kv_heads` and `head_dim` (which
+    GQA/MHA models need) may then be left unset.
     """
 
     params: float
     layers: int
-    kv_heads: int
-    head_dim: int
+    kv_heads: int | None = None
+    head_dim: int | None = None
     hidden_size: int | None = None
     kv_bytes: float = 2.0  # bytes per KV-cache element (2 = bf16, 1 = fp8)
     weight_bytes: float = 2.0  # bytes per parameter (2 = bf16, 1 = fp8)
@@ -80,20 +81,26 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         require_positive("params", self.params)
-        for name in ("layers", "kv_heads", "head_dim"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value > 0):
-                raise SpecError(name, value, "must be an integer > 0")
-        if self.hidden_size is not None and not (isinstance(self.hidden_size, int) and self.hidden_size > 0):
-            raise SpecError("hidden_size", self.hidden_size, "must be an integer > 0 or unknown (None)")
-        require_positive("kv_bytes", self.kv_bytes)
-        require_positive("weight_bytes", self.weight_bytes)
+        if not (isinstance(self.layers, int) and self.layers > 0):
+            raise SpecError("layers", self.layers, "must be an integer > 0")
         if (self.kv_latent_dim is None) != (self.rope_dim is None):
             raise SpecError(
                 "kv_latent_dim" if self.kv_latent_dim is None else "rope_dim",
                 None,
                 "MLA needs both kv_latent_dim and rope_dim (or neither, for GQA/MHA)",
             )
+        for name in ("kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if value is None and self.kv_latent_dim is None:
+                raise SpecError(
+                    name, value, "required for a GQA/MHA model (MLA: kv_latent_dim and rope_dim instead)"
+                )
+            if value is not None and not (isinstance(value, int) and value > 0):
+                raise SpecError(name, value, "must be an integer > 0")
+        if self.hidden_size is not None and not (isinstance(self.hidden_size, int) and self.hidden_size > 0):
+            raise SpecError("hidden_size", self.hidden_size, "must be an integer > 0 or unknown (None)")
+        require_positive("kv_bytes", self.kv_bytes)
+        require_positive("weight_bytes", self.weight_bytes)
         for name in ("kv_latent_dim", "rope_dim"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and value > 0):
@@ -112,6 +119,7 @@ class ModelSpec:
         """GQA: 2·layers·kv_heads·head_dim·bytes (K and V); MLA: layers·(latent+rope)·bytes."""
         if self.kv_latent_dim is not None and self.rope_dim is not None:
             return float(self.layers * (self.kv_latent_dim + self.rope_dim) * self.kv_bytes)
+        assert self.kv_heads is not None and self.head_dim is not None  # checked in __post_init__
         return float(2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes)
 
     @property

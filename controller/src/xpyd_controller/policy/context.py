@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from xpyd_controller.model.sizing import REQUEST_FLOWS, RequestFlow
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 
@@ -28,7 +29,11 @@ class PolicyConfigError(ValueError):
 
 @dataclass(frozen=True)
 class PolicyContext:
-    """Everything a factory may use. `knobs` overrides the chosen policy's config defaults by name."""
+    """Everything a factory may use. `knobs` overrides the chosen policy's config defaults by name.
+
+    `request_flow` is how the deployment's router hands a request over (`PoolConfig.request_flow`):
+    the simulator and vLLM's router are prefill-first; the default is the seeds' decode-first.
+    """
 
     model: ModelSpec
     gpu: GpuSpec
@@ -41,6 +46,7 @@ class PolicyContext:
     initial_prefill: int = 1  # the split the fleet starts with (what `static` keeps)
     initial_decode: int = 1
     step_overhead_s: float = 0.0
+    request_flow: RequestFlow = "decode_first"
     knobs: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,6 +60,10 @@ class PolicyContext:
         for name in ("initial_prefill", "initial_decode"):
             if getattr(self, name) < 0:
                 raise PolicyConfigError("*", name, getattr(self, name), "must be an integer >= 0")
+        if self.request_flow not in REQUEST_FLOWS:
+            raise PolicyConfigError(
+                "*", "request_flow", self.request_flow, f"must be one of {', '.join(REQUEST_FLOWS)}"
+            )
         if not (math.isfinite(self.step_overhead_s) and self.step_overhead_s >= 0):
             raise PolicyConfigError(
                 "*", "step_overhead_s", self.step_overhead_s, "must be a finite number >= 0"

@@ -127,6 +127,7 @@ class XpydPolicy:
             decode_gpus=context.decode_gpus_per_instance,
             step_overhead=context.step_overhead_s,
             remote_overhead=config.remote_overhead_s,
+            request_flow=context.request_flow,
         )
         self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))

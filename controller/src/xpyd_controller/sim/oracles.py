@@ -76,6 +76,7 @@ def plan_windows(trace: Trace, config: SimConfig, window_s: float = ORACLE_WINDO
             prefill_gpus=hw.gpus_per_instance,
             decode_gpus=hw.gpus_per_instance,
             step_overhead=hw.step_overhead_s,
+            request_flow="prefill_first",  # the simulator admits to decode after prefill and transfer
         ),
     )
     return WindowPlan(

@@ -19,7 +19,10 @@ def policy_names() -> tuple[str, ...]:
 
 
 def policy_context(config: SimConfig) -> PolicyContext:
-    """What a policy factory is told about the simulated deployment."""
+    """What a policy factory is told about the simulated deployment.
+
+    The simulator admits a request to decode after its prefill and KV transfer: prefill-first.
+    """
     hw, slo = config.hardware, config.slo
     per_token = slo.tpot_s if slo.tpot_s is not None else slo.max_token_gap_s
     return PolicyContext(
@@ -34,6 +37,7 @@ def policy_context(config: SimConfig) -> PolicyContext:
         initial_prefill=config.fleet.prefill,
         initial_decode=config.fleet.decode,
         step_overhead_s=hw.step_overhead_s,
+        request_flow="prefill_first",
     )
 
 
