@@ -2,7 +2,9 @@
 
 - `kwok` (default): etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok, started by
   `kwokctl --runtime binary` on 127.0.0.1 from the binaries `hack/testbin` builds. Nodes are fake: pods
-  scheduled to them become Running/Ready but run nothing.
+  scheduled to them become Running/Ready but run nothing by themselves. Their pod IPs are loopback
+  addresses (each node's pod CIDR is a /24 inside 127.0.0.0/8, unique per cluster), so whatever serves a
+  pod's ports on its pod IP (e2e/harness/pods.py) is reached like a pod in a cluster.
 - `kind`: a one-node kind cluster whose pods really run, under `hack/kind run` (it provides the engine,
   the node image, the project images and what this host needs worked around; docs/kind.md).
 - `existing`: the current KUBECONFIG context, only if its name looks like a test cluster.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,11 @@ TEST_CONTEXT_MARKERS = ("kind-", "kwok-", "minikube", "k3d-", "test", "dev", "lo
 FAKE_NODE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
 
 
+# Pod CIDRs of fake nodes: 127.<b>.<node>.0/24, with <b> chosen per cluster among these (not 127.0.x.x,
+# where other local services usually listen) and not already used by a socket on this machine.
+LOOPBACK_SECOND_OCTETS = range(100, 255)
+
+
 class ClusterError(RuntimeError):
     """The cluster could not be started or used; the message says which step and why."""
 
@@ -46,6 +54,7 @@ class LocalCluster:
     bin_dir: Path
     logs_dir: Path | None = None
     nodes: list[str] = field(default_factory=list)
+    pod_network: str | None = None  # kwok: the loopback /16 its nodes' pod CIDRs are cut from
 
     def env(self) -> dict[str, str]:
         """Environment for subprocesses that talk to this cluster (kubectl, the operator, helm)."""
@@ -123,7 +132,32 @@ def start_cluster(nodes: int = 3, name: str | None = None) -> Iterator[LocalClus
         yield _existing_cluster()
 
 
-def _fake_node_manifest(name: str, index: int) -> dict[str, object]:
+def _loopback_octets_in_use() -> set[int]:
+    """Second octets of 127.x.y.z addresses that sockets on this machine are bound to (IPv4 TCP/UDP)."""
+    used = set()
+    for table in ("/proc/net/tcp", "/proc/net/udp"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                address = int(line.split()[1].split(":")[0], 16).to_bytes(4, "little")
+                if address[0] == 127:
+                    used.add(address[1])
+    return used
+
+
+def loopback_pod_network() -> str:
+    """A 127.<b>.0.0/16 no local socket uses, for one cluster's pod IPs (other clusters may run too)."""
+    free = sorted(set(LOOPBACK_SECOND_OCTETS) - _loopback_octets_in_use())
+    if not free:
+        raise ClusterError("no free 127.<b>.0.0/16 for pod IPs: every candidate has a bound socket")
+    return f"127.{random.choice(free)}.0.0/16"
+
+
+def _node_pod_cidr(pod_network: str, index: int) -> str:
+    prefix = pod_network.split(".")[:2]
+    return ".".join([*prefix, str(index), "0"]) + "/24"
+
+
+def _fake_node_manifest(name: str, index: int, pod_network: str) -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -138,7 +172,10 @@ def _fake_node_manifest(name: str, index: int) -> dict[str, object]:
                 "nvidia.com/gpu.present": "true",
             },
         },
-        "spec": {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]},
+        "spec": {
+            "podCIDR": _node_pod_cidr(pod_network, index),
+            "podCIDRs": [_node_pod_cidr(pod_network, index)],
+        },
         "status": {
             # Loopback, never a routable address: nothing may send traffic to a fake node by accident.
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
@@ -218,7 +255,10 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
         )
         wait_until(kubeconfig.exists, 30, f"{kubeconfig} to be written")
         cluster.nodes = [f"kwok-node-{i}" for i in range(nodes)]
-        manifests = [_fake_node_manifest(name, i) for i, name in enumerate(cluster.nodes)]
+        cluster.pod_network = loopback_pod_network()
+        manifests = [
+            _fake_node_manifest(node, i, cluster.pod_network) for i, node in enumerate(cluster.nodes)
+        ]
         cluster.kubectl(
             "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
         )

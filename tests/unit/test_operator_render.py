@@ -122,6 +122,12 @@ def test_router_discovers_instances_by_label(router_type: str, pd_flag: str, com
     assert args[start : start + 3] == ["xpyd.dev/pdd=p", "xpyd.dev/role=prefill", "xpyd.dev/serving=true"]
     start = args.index("--decode-selector") + 1
     assert args[start : start + 3] == ["xpyd.dev/pdd=p", "xpyd.dev/role=decode", "xpyd.dev/serving=true"]
+    # Metrics on every pod address (both routers default to 127.0.0.1, which Prometheus cannot scrape).
+    assert flag(args, "--prometheus-host") == "0.0.0.0"
+    assert flag(args, "--prometheus-port") == str(render.ROUTER_METRICS_PORT)
+    assert {"name": "metrics", "containerPort": render.ROUTER_METRICS_PORT, "protocol": "TCP"} in container[
+        "ports"
+    ]
 
 
 def test_no_router_renders_nothing() -> None:

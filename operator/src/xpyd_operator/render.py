@@ -33,6 +33,9 @@ DEFAULT_VLLM_CONNECTOR = "NixlConnector"
 DEFAULT_SGLANG_BACKEND = "mooncake"
 SGLANG_COMMAND = ("python3", "-m", "sglang.launch_server")
 VLLM_COMMAND = ("vllm", "serve")
+# Where the router exports its metrics. Both routers bind 127.0.0.1 by default, out of Prometheus' reach
+# in a pod, so the render binds all of the pod's addresses.
+ROUTER_METRICS_PORT = 29000
 
 
 def owner_reference(pdd: PDDeployment) -> dict[str, Any]:
@@ -207,6 +210,10 @@ def router_args(pdd: PDDeployment) -> list[str]:
         *_selector_terms(pdd.name, Role.PREFILL),
         "--decode-selector",
         *_selector_terms(pdd.name, Role.DECODE),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(ROUTER_METRICS_PORT),
         *spec.router.args,
     ]
 
@@ -232,7 +239,10 @@ def router_deployment(pdd: PDDeployment) -> dict[str, Any] | None:
                 "image": router.image,
                 "command": command,
                 "args": router_args(pdd),
-                "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
+                "ports": [
+                    {"name": "http", "containerPort": router.port, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"},
+                ],
             }
         ]
     }

@@ -29,8 +29,7 @@ from xpyd_api.names import Role
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.sim.config import GoodputSlo, Hardware
 from xpyd_controller.sim.exposition import EngineSeries, render
-from xpyd_controller.sim.traces.records import FloatArray
-from xpyd_controller.sim.traces.synthetic import Curve, LengthDistribution, renewal_arrivals
+from xpyd_controller.sim.traces.synthetic import Curve, LengthDistribution, Shifted, renewal_arrivals
 
 
 class LiveFleetError(ValueError):
@@ -51,17 +50,6 @@ class LiveTraffic:
     def __post_init__(self) -> None:
         if not 0.0 <= self.hit_fraction < 1.0:
             raise LiveFleetError("hit_fraction", self.hit_fraction, "must be in [0, 1)")
-
-
-@dataclass(frozen=True)
-class _Shifted:
-    """`curve` seen from fleet time `offset_s` (arrivals are drawn per advance window from 0)."""
-
-    curve: Curve
-    offset_s: float
-
-    def __call__(self, time_s: FloatArray) -> FloatArray:
-        return self.curve(np.asarray(time_s, dtype=np.float64) + self.offset_s)
 
 
 @dataclass
@@ -251,7 +239,7 @@ class LiveFleet:
         self.now_s = end
 
     def _draw_arrivals(self, dt: float) -> None:
-        offsets = renewal_arrivals(self._rng, _Shifted(self.traffic.rate, self.now_s), dt)
+        offsets = renewal_arrivals(self._rng, Shifted(self.traffic.rate, self.now_s), dt)
         if len(offsets) == 0:
             return
         times = offsets + self.now_s

@@ -118,6 +118,17 @@ def _unit_renewal_gaps(rng: np.random.Generator, count: int, cv: float) -> Float
     return rng.gamma(shape, 1.0 / shape, count)
 
 
+@dataclass(frozen=True)
+class Shifted:
+    """`curve` seen from time `offset_s` (arrivals drawn window by window, each window from 0)."""
+
+    curve: Curve
+    offset_s: float
+
+    def __call__(self, time_s: FloatArray) -> FloatArray:
+        return self.curve(np.asarray(time_s, dtype=np.float64) + self.offset_s)
+
+
 def renewal_arrivals(
     rng: np.random.Generator, rate: Curve, duration_s: float, *, cv: float = 1.0, resolution_s: float = 1.0
 ) -> FloatArray:

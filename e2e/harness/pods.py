@@ -1,0 +1,214 @@
+"""Runs what fake (kwok) pods would run, for the containers this machine can run: the engine stand-in
+and the vllm-router.
+
+For each Running pod with a pod IP (a loopback address, see cluster.py) whose first container's command
+is one of those, a process is started with that container's command, args and environment, as a kubelet
+would: `$(VAR)` references in args are expanded, downward-API fields are resolved, and the process sees the
+pod's network as its own, so `0.0.0.0` in its args is the pod IP (a pod's network namespace has no
+other address). KUBECONFIG stands for the pod's service account. A pod that goes (or starts terminating)
+has its process stopped by pid; `close()` stops them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import kill_pid
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.5
+VENV_BIN = Path(sys.executable).parent
+RUNNABLE_BINARIES = ("vllm-router", "xpyd-engine-standin")  # from the venv (dev extra, console script)
+RUNNABLE_MODULES = ("xpyd_controller.standin", "sglang_router.launch_router")  # `python -m ...`
+ANY_ADDRESS = "0.0.0.0"
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_FIELD = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+@dataclass
+class PodProcess:
+    """A pod's container run here: which pod (name and uid), its pid, argv and log."""
+
+    pod: str
+    uid: str
+    pod_ip: str
+    argv: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def local_argv(container: Mapping[str, Any]) -> list[str] | None:
+    """The container's command with its executable replaced by this machine's copy; None if not runnable."""
+    command = list(container.get("command") or [])
+    if not command:
+        return None
+    name = Path(command[0]).name
+    if name in ("python", "python3"):
+        if len(command) < 3 or command[1] != "-m" or command[2] not in RUNNABLE_MODULES:
+            return None
+        return [sys.executable, *command[1:]]
+    if name in RUNNABLE_BINARIES and (VENV_BIN / name).exists():
+        return [str(VENV_BIN / name), *command[1:]]
+    return None
+
+
+def field_value(pod: Any, path: str) -> str | None:
+    """A downward-API `fieldRef.fieldPath` of `pod` (the fields instance and router pods use)."""
+    simple: dict[str, str | None] = {
+        "metadata.name": pod.metadata.name,
+        "metadata.namespace": pod.metadata.namespace,
+        "metadata.uid": pod.metadata.uid,
+        "spec.nodeName": pod.spec.node_name,
+        "status.podIP": pod.status.pod_ip,
+        "status.hostIP": pod.status.host_ip,
+    }
+    if path in simple:
+        return simple[path]
+    match = _FIELD.fullmatch(path)
+    if match:
+        kind, key = match.groups()
+        values: dict[str, str] = (pod.metadata.labels if kind == "labels" else pod.metadata.annotations) or {}
+        return values.get(key)
+    return None
+
+
+def container_env(pod: Any, container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's env entries with literal values or field references (others are left out)."""
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        value = entry.get("value")
+        field_ref = (entry.get("valueFrom") or {}).get("fieldRef")
+        if value is None and field_ref:
+            value = field_value(pod, field_ref.get("fieldPath", ""))
+        if value is not None:
+            env[entry["name"]] = _REFERENCE.sub(lambda m: env.get(m.group(1), m.group(0)), str(value))
+    return env
+
+
+def pod_argv(pod: Any, container: Mapping[str, Any], env: Mapping[str, str]) -> list[str] | None:
+    """What the kubelet would exec for `container`, run here on the pod's IP."""
+    command = local_argv(container)
+    if command is None:
+        return None
+    args = [
+        _REFERENCE.sub(lambda m: env.get(m.group(1), m.group(0)), str(a)) for a in container.get("args") or []
+    ]
+    return [pod.status.pod_ip if part == ANY_ADDRESS else part for part in [*command, *args]]
+
+
+class PodRunner:
+    """Keeps one process per runnable pod of `namespace` (optionally narrowed by a label selector)."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, log_dir: Path, selector: str = "") -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.selector = selector
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.running: dict[str, PodProcess] = {}  # by pod uid
+        self.exited: list[tuple[PodProcess, int]] = []  # processes that ended by themselves, and how
+        self._api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-runner", daemon=True)
+
+    def start(self) -> PodRunner:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        with self._lock:
+            for uid in list(self.running):
+                self._stop_pod(uid)
+
+    def process_of(self, pod: str) -> PodProcess | None:
+        with self._lock:
+            return next((p for p in self.running.values() if p.pod == pod), None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync(self._api.list_namespaced_pod(self.namespace, label_selector=self.selector).items)
+            except Exception:  # an API blip: the next poll catches up (level-based)
+                logger.exception("pod runner: sync failed")
+            self._stop.wait(POLL_S)
+
+    def sync(self, pods: list[Any]) -> None:
+        """Start processes for new runnable pods, stop those of pods that are gone or terminating."""
+        wanted = {
+            pod.metadata.uid: pod
+            for pod in pods
+            if pod.status
+            and pod.status.pod_ip
+            and pod.status.phase == "Running"
+            and not pod.metadata.deletion_timestamp
+        }
+        with self._lock:
+            for uid in [uid for uid in self.running if uid not in wanted]:
+                self._stop_pod(uid)
+            for uid, started in list(self.running.items()):
+                code = started.process.poll()
+                if code is not None:
+                    logger.warning(
+                        "pod runner: %s exited with %s:\n%s", started.pod, code, started.log_tail()
+                    )
+                    self.exited.append((started, code))
+                    del self.running[uid]
+            known = {started.uid for started, _ in self.exited}
+            for uid, pod in wanted.items():
+                if uid not in self.running and uid not in known:
+                    self._start_pod(pod)
+
+    def _start_pod(self, pod: Any) -> None:
+        container = self._api.api_client.sanitize_for_serialization(pod.spec.containers[0])
+        env = container_env(pod, container)
+        argv = pod_argv(pod, container, env)
+        if argv is None:
+            return
+        log_path = self.log_dir / f"{pod.metadata.name}.{pod.metadata.uid[:8]}.log"
+        process_env = {**os.environ, **env, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=process_env, start_new_session=True
+            )
+        self.running[pod.metadata.uid] = PodProcess(
+            pod.metadata.name, pod.metadata.uid, pod.status.pod_ip, argv, log_path, process
+        )
+
+    def _stop_pod(self, uid: str) -> None:
+        started = self.running.pop(uid)
+        kill_pid(started.process.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            started.process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def running_pods(
+    cluster: LocalCluster, namespace: str, log_dir: Path, selector: str = ""
+) -> Iterator[PodRunner]:
+    """A started `PodRunner`; every process it started is stopped by pid on exit."""
+    runner = PodRunner(cluster, namespace, log_dir, selector).start()
+    try:
+        yield runner
+    finally:
+        runner.close()
