@@ -51,7 +51,44 @@ def test_version_prints_the_package_version_and_the_simulator_build() -> None:
     assert result.returncode == 0, result.stderr
     version, engine = result.stdout.strip().splitlines()
     assert version == f"xpyd {xpyd_controller.__version__}"
-    assert engine.startswith(f"simulator engine: compiled build {compiled_status()}")
+    expected = "compiled (mypyc)" if compiled_status() == "current" else "source (pure Python"
+    assert engine.startswith(f"simulator engine: {expected}")
+    assert _xpyd("--version").stdout.strip() == version
+
+
+@pytest.mark.parametrize(
+    ("argv", "loaded", "not_loaded"),
+    [
+        (["--help"], set(), {"numpy", "rich", "yaml", "kubernetes", "kopf", "matplotlib"}),
+        (["version"], set(), {"numpy", "rich", "yaml", "kubernetes", "kopf", "matplotlib"}),
+        (
+            ["plan", "--model", "llama-3.1-8b", "--rate", "1", "--isl", "100", "--osl", "10", "--json"],
+            {"numpy", "xpyd_controller.model.sizing"},
+            {"rich", "yaml", "kubernetes", "kopf", "matplotlib", "xpyd_controller.sim.engine"},
+        ),
+        (
+            ["simulate", "--split", "6:2", "--rate", "28", "--json"],
+            {"numpy", "xpyd_controller.sim.engine_native"},
+            {"rich", "yaml", "kubernetes", "kopf", "matplotlib", "xpyd_controller.policy.xpyd"},
+        ),
+    ],
+)
+def test_a_command_imports_only_what_it_uses(argv: list[str], loaded: set[str], not_loaded: set[str]) -> None:
+    """Start-up is most of a short call: help, the version and a plan load no simulator or cluster client."""
+    probe = (
+        "import sys, runpy; sys.argv = ['xpyd', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('xpyd_controller.cli', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, check=False)
+    modules = set(done.stderr.strip().splitlines()[-1].split())
+    from xpyd_controller.sim.native import compiled_status
+
+    if "xpyd_controller.sim.engine_native" in loaded and compiled_status() != "current":
+        loaded = (loaded - {"xpyd_controller.sim.engine_native"}) | {"xpyd_controller.sim.engine"}
+    assert loaded <= modules
+    assert not (not_loaded & modules)
 
 
 def test_help_lists_the_subcommands() -> None:

@@ -177,3 +177,10 @@ def test_traffic_hit_fraction_marks_cached_prompt_tokens(kind: str) -> None:
     trace = scenario.traffic.build(seed=3)
     assert len(trace) > 100
     np.testing.assert_array_equal(trace.prefix_hit_tokens, trace.prompt_tokens // 2)
+
+
+def test_help_lists_every_policy() -> None:
+    from xpyd_controller.cli_simulate import POLICY_NAMES
+    from xpyd_controller.sim.policies import policy_names
+
+    assert policy_names() == POLICY_NAMES

@@ -1,4 +1,8 @@
-"""The `xpyd` command line. Each subcommand lives in its own module exposing `register(subparsers)`."""
+"""The `xpyd` command line. Each subcommand lives in its own module exposing `register(subparsers, help)`.
+
+Only the chosen subcommand's module is imported (numpy, the simulator or the Kubernetes client are
+not loaded to print help or the version): start-up is most of a short `xpyd plan` call.
+"""
 
 from __future__ import annotations
 
@@ -10,46 +14,50 @@ from collections.abc import Sequence
 
 from xpyd_controller import __version__
 
-# Subcommand modules, each with `register(subparsers) -> None` that sets `func` on its parser.
-SUBCOMMAND_MODULES = (
-    "xpyd_controller.cli_plan",
-    "xpyd_controller.cli_simulate",
-    "xpyd_controller.cli_controller",
-)
+# Subcommand → (its module, with `register(subparsers, help_text)` that sets `func`; its help line).
+COMMANDS = {
+    "plan": ("xpyd_controller.cli_plan", "size prefill/decode pools for a model, GPU, link and traffic"),
+    "simulate": (
+        "xpyd_controller.cli_simulate",
+        "replay traffic against a fleet and a policy; goodput, GPU-hours, plots",
+    ),
+    "controller": (
+        "xpyd_controller.cli_controller",
+        "run the autoscaling controller (reads Prometheus, writes replicas and status)",
+    ),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; the subcommand named in `argv` gets its full flags, the others only their help line."""
     parser = argparse.ArgumentParser(
         prog="xpyd",
-        description=(
-            "Size, simulate and autoscale prefill/decode (PD) disaggregated LLM serving.\n\n"
-            "  xpyd plan       how many prefill and decode instances for this model, GPU, link, traffic\n"
-            "  xpyd simulate   replay traffic against a fleet and a policy; goodput, GPU-hours, plots\n"
-            "  xpyd controller run the autoscaler: Prometheus metrics in, PDDeployment sizes out\n"
-            "  xpyd version    print the version"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Size, simulate and autoscale prefill/decode (PD) disaggregated LLM serving.",
     )
+    parser.add_argument("--version", action="version", version=f"xpyd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    version = sub.add_parser("version", help="print the xpyd version")
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == chosen:
+            importlib.import_module(module).register(sub, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
+    version = sub.add_parser("version", help="print the version and which simulator engine runs")
     version.set_defaults(func=_print_version)
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(sub)
     return parser
 
 
 def _print_version(_args: argparse.Namespace) -> int:
-    from xpyd_controller.sim.native import compiled_status
+    from xpyd_controller.sim.native import engine_description
 
-    status = compiled_status()
-    advice = "" if status == "current" else " (run hack/native for a ~2x faster simulator)"
-    print(f"xpyd {__version__}\nsimulator engine: compiled build {status}{advice}")
+    print(f"xpyd {__version__}\nsimulator engine: {engine_description()}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(arguments)
+    args = parser.parse_args(arguments)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -87,10 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, help_text: str) -> None:
     parser = subparsers.add_parser(
         "controller",
-        help="run the autoscaling controller (reads Prometheus, writes replicas and status)",
+        help=help_text,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

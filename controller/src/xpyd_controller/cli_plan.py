@@ -71,10 +71,10 @@ class PlanInputError(ValueError):
     """Bad command-line input, already worded for the user (flag, value, rule)."""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, help_text: str) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="size prefill/decode pools for a model, GPU, link and traffic",
+        help=help_text,
         description=(
             "How many prefill and decode instances does this traffic need, which constraint sets each,\n"
             "and is the KV transfer feasible? All numbers are SI (seconds, bytes, bytes/s, FLOP/s);\n"

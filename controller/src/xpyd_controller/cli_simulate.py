@@ -12,29 +12,32 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from xpyd_controller.model.specs import SpecError
 from xpyd_controller.policy.context import PolicyConfigError
-from xpyd_controller.policy.types import Policy
 from xpyd_controller.sim.config import Fleet, Mode, SimConfigError
-from xpyd_controller.sim.policies import build_policy, policy_names
 from xpyd_controller.sim.results import SimResult, recovery_time_s
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import Scenario, builtin_scenarios, load_scenario
 from xpyd_controller.sim.traces import TraceError
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from xpyd_controller.policy.types import Policy
+
+# `--help` lists them without loading every policy (test_simulate_cli holds it to sim.policies).
+POLICY_NAMES = ("dynamo", "static", "threshold", "xpyd", "oracle-static", "oracle-window")
+
 PROGRESS_EVERY_S = 2.0  # wall-clock seconds between progress lines on stderr
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, help_text: str) -> None:
     names = ", ".join(builtin_scenarios())
     parser = subparsers.add_parser(
         "simulate",
-        help="replay traffic against a fleet and a policy; goodput, GPU-hours, plots",
+        help=help_text,
         description=(
             "Simulate a co-located or prefill/decode fleet request by request. "
             f"Built-in scenarios: {names}; or give a YAML/JSON scenario file."
@@ -45,7 +48,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--split", help="X:Y prefill:decode instances (disagg) or N GPUs (colocated)")
     parser.add_argument("--rate", type=float, help="mean arrival rate, requests/s")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the traffic (default 7)")
-    parser.add_argument("--policy", help=f"autoscaling policy: {', '.join(policy_names())}")
+    parser.add_argument("--policy", help=f"autoscaling policy: {', '.join(POLICY_NAMES)}")
     parser.add_argument(
         "--knob",
         action="append",
@@ -113,8 +116,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     """What the flags alone can tell is wrong, before any scenario is loaded or traffic drawn."""
     if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
         raise SimConfigError("--rate", args.rate, "must be a finite number > 0 (requests/s)")
-    if args.policy is not None and args.policy not in policy_names():
-        raise SimConfigError("--policy", args.policy, f"unknown policy; known: {', '.join(policy_names())}")
+    if args.policy is not None and args.policy not in POLICY_NAMES:
+        raise SimConfigError("--policy", args.policy, f"unknown policy; known: {', '.join(POLICY_NAMES)}")
     if args.plot:
         check_plot_path(args.plot)
 
@@ -159,7 +162,7 @@ def apply_overrides(scenario: Scenario, args: argparse.Namespace) -> Scenario:
 
 
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+    err = _StderrConsole()
     try:
         check_arguments(args)
         knobs = parse_knobs(args.knob)
@@ -168,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
         config = scenario.config
         policy: Policy | None = None
         if scenario.policy is not None and config.fleet.mode == "disagg":
+            from xpyd_controller.sim.policies import build_policy  # loads every policy
+
             policy = build_policy(scenario.policy, config, trace, knobs)
         elif knobs:
             raise SimConfigError("--knob", args.knob[0], "needs a policy in the loop (--policy, disagg)")
@@ -207,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: _json_value(v) for k, v in summary.items()}))
     else:
+        from rich.console import Console
+
         Console().print(summary_table(summary, result))
     if args.plot:
         try:
@@ -217,12 +224,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class _StderrConsole:
+    """Messages on stderr, with rich loaded only when a line is printed (start-up is most of a seed run)."""
+
+    def print(self, text: str, **options: Any) -> None:
+        from rich.console import Console
+
+        Console(stderr=True).print(text, **options)
+
+
 def _json_value(value: object) -> object:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def summary_table(summary: dict[str, Any], result: SimResult) -> Table:
     """The human-readable result: what ran, then latency, goodput, cost and scaling activity."""
+    from rich.table import Table
+
     table = Table(title=f"xpyd simulate · {summary['scenario']}", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -1,7 +1,9 @@
-"""Which build of the event loop runs: `engine.py` as compiled by mypyc (`hack/native`), or as source.
+"""Which build of the event loop runs: `engine.py` as compiled by mypyc, or as source.
 
 The compiled module, `engine_native`, is built from `engine.py` unchanged (same code, checked types,
-about twice as fast) and lives beside it, out of git. It is used only when the digest it was built
+about twice as fast) by `build_native.py` — in a checkout through `hack/native`, and when a wheel is
+built (`pip install .`, `python -m build`), as black and mypy ship theirs — and lives beside it, out of
+git. Without a C compiler the wheel carries the source only. It is used only when the digest it was built
 from matches the sources now: an edited engine (or a module it imports) falls back to the source
 with one warning, so a stale build can never run in place of the code being read.
 
@@ -18,14 +20,15 @@ import os
 import warnings
 from functools import cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from xpyd_controller.policy.types import Limits, Policy
-from xpyd_controller.sim import engine
-from xpyd_controller.sim.config import SimConfig
-from xpyd_controller.sim.traces import Trace
+if TYPE_CHECKING:  # `xpyd version` reads the build's state without loading the simulator
+    from xpyd_controller.policy.types import Limits, Policy
+    from xpyd_controller.sim import engine
+    from xpyd_controller.sim.config import SimConfig
+    from xpyd_controller.sim.traces import Trace
 
-ENGINE_SOURCE = Path(engine.__file__)
+ENGINE_SOURCE = Path(__file__).with_name("engine.py")
 NATIVE_MODULE = "xpyd_controller.sim.engine_native"
 STAMP = ENGINE_SOURCE.with_name("engine_native.stamp")
 CHOICE_VARIABLE = "XPYD_SIM_ENGINE"
@@ -99,20 +102,35 @@ def run_events_impl() -> tuple[RunEvents, str]:
     choice = os.environ.get(CHOICE_VARIABLE, "auto") or "auto"
     if choice not in CHOICES:
         raise NativeEngineError(f"{CHOICE_VARIABLE}={choice!r}: must be one of {', '.join(CHOICES)}")
-    if choice == "python":
-        return engine.run_events, "python"
-    try:
-        return compiled_run_events(), "compiled"
-    except NativeEngineError as error:
-        if choice == "compiled":
-            raise NativeEngineError(f"{CHOICE_VARIABLE}=compiled but {error}", error.status) from error
-        if error.status == "stale":
-            warnings.warn(
-                "the compiled simulator engine is older than sim/engine.py or its imports: running the "
-                "source (about 2x slower); rebuild with hack/native",
-                stacklevel=2,
-            )
+    if choice != "python":
+        try:
+            return compiled_run_events(), "compiled"
+        except NativeEngineError as error:
+            if choice == "compiled":
+                raise NativeEngineError(f"{CHOICE_VARIABLE}=compiled but {error}", error.status) from error
+            if error.status == "stale":
+                warnings.warn(
+                    "the compiled simulator engine is older than sim/engine.py or its imports: running the "
+                    "source (about 2x slower); rebuild with hack/native",
+                    stacklevel=2,
+                )
+    from xpyd_controller.sim import engine  # the source: loaded only when it is what runs
+
     return engine.run_events, "python"
+
+
+def engine_description() -> str:
+    """What `xpyd version` says: which engine `xpyd simulate` runs, and how to get the faster one."""
+    choice = os.environ.get(CHOICE_VARIABLE, "auto") or "auto"
+    status = compiled_status()
+    if choice == "python":
+        return f"source (pure Python; {CHOICE_VARIABLE}=python, compiled build {status})"
+    if status == "current":
+        return "compiled (mypyc), current with the sources"
+    return (
+        f"source (pure Python; compiled build {status}: in a checkout run hack/native, "
+        "a wheel built with a C compiler carries it; ~2x faster)"
+    )
 
 
 def run_events(

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from xpyd_controller.sim.config import FloatArray, GoodputSlo
-from xpyd_controller.sim.engine import RawRun
+
+if TYPE_CHECKING:  # the compiled build runs; the source engine need not even load
+    from xpyd_controller.sim.engine import RawRun
 from xpyd_controller.sim.stats import seed_percentile, weighted_bin_percentile
 from xpyd_controller.sim.traces import Trace
 

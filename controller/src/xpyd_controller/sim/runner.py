@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from xpyd_controller.policy.types import Limits, Policy
-from xpyd_controller.sim.config import SimConfig
-from xpyd_controller.sim.engine import ProgressFn
+from typing import TYPE_CHECKING
+
 from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.results import SimResult, summarise
-from xpyd_controller.sim.traces import Trace
+
+if TYPE_CHECKING:  # the compiled build runs; the source engine need not even load
+    from xpyd_controller.policy.types import Limits, Policy
+    from xpyd_controller.sim.config import SimConfig
+    from xpyd_controller.sim.engine import ProgressFn
+    from xpyd_controller.sim.traces import Trace
 
 
 def simulate(

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
@@ -415,6 +414,8 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise SimConfigError(
             "scenario", name_or_path, f"neither a built-in ({', '.join(builtins)}) nor a readable file"
         )
+    import yaml  # only scenario files need it
+
     text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
