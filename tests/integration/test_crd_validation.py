@@ -79,6 +79,19 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.conversion.switchMethod Routing needs instances that serve both roles",
     ),
     (
+        "routing switch on vllm with a connector that acts on kv_role",
+        manifest(
+            engine={"image": "v:1", "kvConnector": "MooncakeConnector"},
+            conversion={"switchMethod": "Routing"},
+        ),
+        "needs instances that serve both roles: vLLM with kvConnector NixlConnector",
+    ),
+    (
+        "vllm connector that vllm-router does not speak",
+        manifest(engine={"image": "v:1", "kvConnector": "LMCacheConnectorV1"}),
+        "spec.engine.kvConnector: Invalid value: spec.engine.kvConnector: vllm-router speaks only NixlConnector",
+    ),
+    (
         "router without image",
         {**manifest(), "spec": {**manifest()["spec"], "router": {"type": "sglang-router"}}},
         "spec.router.image is required",

@@ -37,6 +37,12 @@ def test_camel_case_aliases_are_read() -> None:
     assert pdd.spec.prefill.node_selector == {"a": "b"}
 
 
+def test_auto_switch_method_restarts_vllm_whose_connector_acts_on_kv_role() -> None:
+    spec = parse_pdd(body(engine={"image": "x", "kvConnector": "MooncakeConnector"})).spec
+    assert spec.switch_method is SwitchMethod.RESTART
+    assert not spec.serves_both_roles
+
+
 @pytest.mark.parametrize(
     ("engine", "method"),
     [("vllm", SwitchMethod.ROUTING), ("sglang", SwitchMethod.HTTP), ("custom", SwitchMethod.RESTART)],
@@ -56,6 +62,14 @@ def test_auto_switch_method_follows_the_engine(engine: str, method: SwitchMethod
         ({"slo": {"attainment": 1.5}}, "spec.slo.attainment"),
         ({"prefill": {"gpusPerInstance": 2}}, "gpusPerInstance"),
         ({"conversion": {"switchMethod": "Routing"}, "engine": {"image": "x", "type": "sglang"}}, "Routing"),
+        (
+            {
+                "conversion": {"switchMethod": "Routing"},
+                "engine": {"image": "x", "kvConnector": "MooncakeConnector"},
+            },
+            "kvConnector NixlConnector",
+        ),
+        ({"engine": {"image": "x", "kvConnector": "LMCacheConnectorV1"}}, "vllm-router speaks only"),
         ({"router": {"type": "vllm-router"}}, "spec.router.image"),
         ({"rollout": {"maxSurge": 0, "maxUnavailable": 0}}, "spec.rollout.maxSurge"),
         ({"engine": {"image": ""}}, "spec.engine.image"),

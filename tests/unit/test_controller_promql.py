@@ -111,11 +111,12 @@ def test_sglang_query_per_signal(signal: Signal, expected: str) -> None:
     assert build_queries(SGLANG, SCOPE)[signal] == expected
 
 
-def test_sglang_exports_no_length_histograms() -> None:
-    assert set(Signal) - set(build_queries(SGLANG, SCOPE)) == {
-        Signal.INPUT_TOKENS_P90,
-        Signal.OUTPUT_TOKENS_P90,
-    }
+def test_sglang_length_histograms_are_read() -> None:
+    """The operator starts SGLang with --collect-tokens-histogram, so every signal has a query."""
+    queries = build_queries(SGLANG, SCOPE)
+    assert set(queries) == set(Signal)
+    assert "sglang:prompt_tokens_histogram_bucket" in queries[Signal.INPUT_TOKENS_P90]
+    assert "sglang:generation_tokens_histogram_bucket" in queries[Signal.OUTPUT_TOKENS_P90]
 
 
 @pytest.mark.parametrize(

@@ -43,14 +43,16 @@ def test_parse_in_flight(text: str, families: Any, expected: int | None) -> None
 class _Engine(BaseHTTPRequestHandler):
     role = "decode"
     in_flight = 4
-    switches: list[str] = []  # noqa: RUF012 (shared with the test by design)
+    switches: list[dict[str, Any]] = []  # noqa: RUF012 (shared with the test by design)
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
             text = f"vllm:num_requests_running {self.in_flight}\nvllm:num_requests_waiting 0\n"
             self._send(200, text.encode())
-        elif self.path == "/server_info":
-            self._send(200, json.dumps({"disaggregation_mode": type(self).role}).encode())
+        elif self.path == "/server_info":  # SGLang's shape: launch args on top, live role per scheduler
+            state = {"disaggregation_mode": type(self).role, "decode_cuda_graph_memory_gb": 1.5}
+            info = {"disaggregation_mode": "prefill", "internal_states": [state, dict(state)]}
+            self._send(200, json.dumps(info).encode())
         else:
             self._send(404, b"")
 
@@ -60,7 +62,7 @@ class _Engine(BaseHTTPRequestHandler):
             self._send(400, b"bad role")
             return
         type(self).role = body["new_role"]
-        type(self).switches.append(body["new_role"])
+        type(self).switches.append(body)
         self._send(200, b"{}")
 
     def _send(self, code: int, payload: bytes) -> None:
@@ -83,6 +85,41 @@ def test_read_switch_and_verify_against_a_live_endpoint(engine_url: str) -> None
     assert engine_client.reported_role(f"{engine_url}/server_info", 2.0) == "decode"
     engine_client.switch_role(f"{engine_url}/pd_role_switch", Role.PREFILL, 2.0)
     assert engine_client.reported_role(f"{engine_url}/server_info", 2.0) == "prefill"
+    engine_client.switch_role(
+        f"{engine_url}/pd_role_switch", Role.DECODE, 2.0, {"decode_cuda_graph_memory_gb": 2}
+    )
+    assert _Engine.switches[-1] == {"new_role": "decode", "decode_cuda_graph_memory_gb": 2}
+
+
+def test_role_is_read_from_internal_states_not_launch_args(engine_url: str) -> None:
+    """The top level says prefill (launch args); the schedulers say decode: the live role wins."""
+    _Engine.role = "decode"
+    assert engine_client.reported_role(f"{engine_url}/server_info", 2.0) == "decode"
+
+
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        ({"disaggregation_mode": "decode"}, None),
+        ({"internal_states": [{"disaggregation_mode": "decode"}, {"disaggregation_mode": "prefill"}]}, None),
+        ({"internal_states": []}, None),
+        ({"internal_states": [{"disaggregation_mode": "prefill"}]}, "prefill"),
+    ],
+)
+def test_reported_role_needs_every_scheduler_to_agree(info: dict[str, Any], expected: str | None) -> None:
+    class Info(_Engine):
+        def do_GET(self) -> None:
+            self._send(200, json.dumps(info).encode())
+
+    with loopback_server(Info) as address:
+        assert engine_client.reported_role(f"http://{address}/server_info", 2.0) == expected
+
+
+def test_decode_graph_settings_from_a_peer(engine_url: str) -> None:
+    assert engine_client.decode_graph_settings(f"{engine_url}/server_info", 2.0) == {
+        "decode_cuda_graph_memory_gb": 1.5
+    }
+    assert engine_client.decode_graph_settings("http://127.0.0.1:9/server_info", 0.5) == {}
 
 
 def test_failures_are_no_data_or_named_errors(engine_url: str) -> None:

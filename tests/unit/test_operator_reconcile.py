@@ -201,3 +201,32 @@ def test_corrupt_record_blocks_with_a_condition_instead_of_guessing() -> None:
     warnings = [m for r, m in kube.events if r == "InvalidRecord"]
     assert len(warnings) == 1 and "xpyd.dev/transition" in warnings[0]
     assert {c["reason"] for c in kube.statuses[-1]["conditions"]} == {"InvalidRecord"}
+
+
+def test_an_engine_image_without_a_rendered_flag_is_degraded_with_one_event() -> None:
+    """An old SGLang image exits on --enable-pd-role-switch: the condition and one Event name the flag."""
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    sglang = body(engine={"image": "sglang:old", "type": "sglang"})
+    reconciler.reconcile(sglang)
+    exit_message = "launch_server: error: unrecognized arguments: --enable-pd-role-switch\n"
+    for pod in kube.pods.values():
+        terminated = {"exitCode": 2, "message": exit_message}
+        pod["status"] = {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "engine",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": terminated},
+                }
+            ],
+        }
+    reconciler.reconcile(sglang)
+    reconciler.reconcile(sglang)
+    degraded = next(c for c in kube.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "EngineFlagUnsupported")
+    assert "sglang:old does not accept --enable-pd-role-switch" in degraded["message"]
+    assert "switchMethod HTTP" in degraded["message"]
+    assert [r for r, _ in kube.events].count("EngineFlagUnsupported") == 1
+    assert sorted(kube.pods) == ["p-0", "p-1"]  # reported, not replaced over and over

@@ -133,3 +133,55 @@ def test_router_discovers_instances_by_label(router_type: str, pd_flag: str, com
 def test_no_router_renders_nothing() -> None:
     pdd = make_pdd(router={"type": "none"})
     assert render.router_deployment(pdd) is None and render.router_service(pdd) is None
+
+
+def env_of(pdd: PDDeployment, role: Role = Role.PREFILL) -> dict[str, Any]:
+    container = render.instance_pod(pdd, role, "p-0")["spec"]["containers"][0]
+    return {entry["name"]: entry.get("value", entry.get("valueFrom")) for entry in container["env"]}
+
+
+def test_nixl_side_channel_is_the_pod_ip() -> None:
+    """vLLM's default side-channel host is localhost, which prefill hands decode as remote_host."""
+    env = env_of(make_pdd())
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
+    ports = render.instance_pod(make_pdd(), Role.PREFILL, "p-0")["spec"]["containers"][0]["ports"]
+    assert {"name": "nixl", "containerPort": 5600, "protocol": "TCP"} in ports
+
+
+def test_no_nixl_env_for_other_connectors_and_engines() -> None:
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in env_of(make_pdd(engine={"kvConnector": "MooncakeConnector"}))
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in env_of(make_pdd(engine={"type": "sglang"}))
+
+
+def test_users_env_replaces_the_rendered_entry() -> None:
+    pdd = make_pdd(engine={"env": [{"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "7000"}]})
+    container = render.instance_pod(pdd, Role.PREFILL, "p-0")["spec"]["containers"][0]
+    ports = [e for e in container["env"] if e["name"] == "VLLM_NIXL_SIDE_CHANNEL_PORT"]
+    assert ports == [{"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": "7000"}]
+
+
+def test_engine_exit_message_carries_its_log_tail() -> None:
+    container = render.instance_pod(make_pdd(), Role.PREFILL, "p-0")["spec"]["containers"][0]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_sglang_serves_metrics_with_length_histograms() -> None:
+    args = render.engine_role_args(make_pdd(engine={"type": "sglang"}).spec, Role.DECODE)
+    assert "--enable-metrics" in args and "--collect-tokens-histogram" in args
+
+
+@pytest.mark.parametrize(
+    ("connector", "router_flag"),
+    [(None, "nixl"), ("MooncakeConnector", "mooncake"), ("MoRIIOConnector", "moriio")],
+)
+def test_vllm_router_speaks_the_engines_connector(connector: str | None, router_flag: str) -> None:
+    engine = {"kvConnector": connector} if connector else {}
+    assert flag(render.router_args(make_pdd(engine=engine)), "--kv-connector") == router_flag
+
+
+def test_router_kv_connector_only_for_vllm_router_and_vllm_and_not_twice() -> None:
+    assert "--kv-connector" not in render.router_args(make_pdd(router={"type": "sglang-router"}))
+    assert "--kv-connector" not in render.router_args(make_pdd(engine={"type": "sglang"}))
+    given = render.router_args(make_pdd(router={"args": ["--kv-connector", "mooncake"]}))
+    assert given.count("--kv-connector") == 1 and flag(given, "--kv-connector") == "mooncake"

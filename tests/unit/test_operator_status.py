@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
-from xpyd_operator.plan.instances import Instance
+from xpyd_operator.plan.instances import Instance, rejected_flags
 from xpyd_operator.status import StatusInput, blocked_conditions, compute_status
 
 
@@ -121,3 +121,10 @@ def test_invalid_spec_is_reported_as_degraded() -> None:
     blocked = blocked_conditions("InvalidSpec", "bad", 2, NOW, [])
     found = {c["type"]: (c["status"], c["reason"]) for c in blocked}
     assert found == {"Ready": ("False", "InvalidSpec"), "Degraded": ("True", "InvalidSpec")}
+
+
+def test_rejected_flags_are_read_from_the_termination_message() -> None:
+    message = "usage: vllm serve [-h]\nvllm serve: error: unrecognized arguments: --new-flag 3 --other\n"
+    status = {"containerStatuses": [{"state": {"terminated": {"message": message}}}]}
+    assert rejected_flags(status) == ("--new-flag", "--other")
+    assert rejected_flags({"containerStatuses": [{"state": {"running": {}}}]}) == ()

@@ -15,6 +15,14 @@ from pydantic.alias_generators import to_camel
 
 from xpyd_api.names import Role
 
+NIXL_CONNECTOR = "NixlConnector"
+# vLLM kv_connector -> vllm-router's `--kv-connector` (the connectors the router's PD mode speaks).
+VLLM_ROUTER_KV_CONNECTORS = {
+    NIXL_CONNECTOR: "nixl",
+    "MooncakeConnector": "mooncake",
+    "MoRIIOConnector": "moriio",
+}
+
 
 class SpecError(ValueError):
     """A PDDeployment spec that cannot be reconciled; the message names the field, value and rule."""
@@ -187,9 +195,20 @@ class PDDeploymentSpec(_Model):
                 "spec.conversion.enabled=true requires spec.prefill and spec.decode to have equal "
                 "gpusPerInstance, resources, nodeSelector and tolerations, and no per-role affinity"
             )
-        if self.switch_method is SwitchMethod.ROUTING and self.engine.type is not EngineType.VLLM:
+        if self.conversion.switch_method is SwitchMethod.ROUTING and not self.serves_both_roles:
             raise ValueError(
-                f"spec.conversion.switchMethod=Routing needs engine vllm, not {self.engine.type}"
+                "spec.conversion.switchMethod=Routing needs engine vllm with kvConnector NixlConnector "
+                f"(whose kv_role is a placeholder), not engine {self.engine.type} with kvConnector "
+                f"{self.engine.kv_connector or 'default'}; use Restart"
+            )
+        if (
+            self.router.type is RouterType.VLLM_ROUTER
+            and self.engine.type is EngineType.VLLM
+            and self.vllm_connector not in VLLM_ROUTER_KV_CONNECTORS
+        ):
+            raise ValueError(
+                f"spec.engine.kvConnector={self.vllm_connector!r}: vllm-router speaks only "
+                f"{', '.join(VLLM_ROUTER_KV_CONNECTORS)}"
             )
         if self.router.type is not RouterType.NONE and not self.router.image:
             raise ValueError(f"spec.router.image is required for spec.router.type={self.router.type}")
@@ -207,15 +226,24 @@ class PDDeploymentSpec(_Model):
         return same and self.prefill.affinity is None and self.decode.affinity is None
 
     @property
+    def vllm_connector(self) -> str:
+        """The vLLM kv_connector the instances run (NixlConnector unless spec.engine.kvConnector says)."""
+        return self.engine.kv_connector or NIXL_CONNECTOR
+
+    @property
+    def serves_both_roles(self) -> bool:
+        """True when a relabel alone switches an instance: vLLM's NixlConnector treats kv_role as a
+        placeholder (the router decides each request's role); other connectors act on it."""
+        return self.engine.type is EngineType.VLLM and self.vllm_connector == NIXL_CONNECTOR
+
+    @property
     def switch_method(self) -> SwitchMethod:
-        """The concrete switch method: Auto resolved from the engine type."""
+        """The concrete switch method: Auto resolved from the engine type (and vLLM's connector)."""
         if self.conversion.switch_method is not SwitchMethod.AUTO:
             return self.conversion.switch_method
-        return {
-            EngineType.VLLM: SwitchMethod.ROUTING,
-            EngineType.SGLANG: SwitchMethod.HTTP,
-            EngineType.CUSTOM: SwitchMethod.RESTART,
-        }[self.engine.type]
+        if self.engine.type is EngineType.VLLM:
+            return SwitchMethod.ROUTING if self.serves_both_roles else SwitchMethod.RESTART
+        return SwitchMethod.HTTP if self.engine.type is EngineType.SGLANG else SwitchMethod.RESTART
 
 
 class PDDeployment(_Model):

@@ -64,6 +64,7 @@ class Reason(StrEnum):
     ROLLING_UPDATE = "RollingUpdate"
     STABLE = "Stable"
     PODS_FAILED = "PodsFailed"
+    ENGINE_FLAG_UNSUPPORTED = "EngineFlagUnsupported"
     HEALTHY = "Healthy"
     INVALID_SPEC = "InvalidSpec"
     INVALID_RECORD = "InvalidRecord"

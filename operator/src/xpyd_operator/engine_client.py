@@ -9,7 +9,8 @@ import json
 import math
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from xpyd_api.models import EngineType
 from xpyd_api.names import Role
@@ -24,6 +25,10 @@ IN_FLIGHT_METRICS: dict[EngineType, tuple[tuple[str, str], ...]] = {
         ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
     ),
 }
+
+
+# Settings SGLang's /pd_role_switch needs to switch a prefill-launched engine to decode.
+DECODE_GRAPH_KEYS = ("decode_cuda_graph_memory_gb", "decode_cuda_graph_bs")
 
 
 class EngineError(RuntimeError):
@@ -84,9 +89,10 @@ def read_in_flight(url: str, engine: EngineType, timeout: float) -> int | None:
     return parse_in_flight(text, IN_FLIGHT_METRICS[engine])
 
 
-def switch_role(url: str, target: Role, timeout: float) -> None:
-    """POST the engine's role-switch endpoint (SGLang `/pd_role_switch` takes `new_role`)."""
-    body = json.dumps({"new_role": str(target)}).encode()
+def switch_role(url: str, target: Role, timeout: float, settings: Mapping[str, Any] | None = None) -> None:
+    """POST the engine's role-switch endpoint: SGLang's `/pd_role_switch` takes `new_role`, plus (to
+    decode) the decode graph settings a prefill-launched engine must reserve; HTTP 400 names why."""
+    body = json.dumps({"new_role": str(target), **(settings or {})}).encode()
     request = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
@@ -99,12 +105,32 @@ def switch_role(url: str, target: Role, timeout: float) -> None:
         raise EngineError(f"POST {url} new_role={target}: {error}") from None
 
 
-def reported_role(url: str, timeout: float) -> str | None:
-    """The role an engine reports in its server info (`disaggregation_mode`), or None if unknown."""
+def _internal_states(url: str, timeout: float) -> list[dict[str, Any]] | None:
+    """SGLang's live per-scheduler state (`/server_info` → `internal_states`; the top level holds the
+    launch arguments, which a role switch does not change), or None when unreadable."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             info = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    mode = info.get("disaggregation_mode") if isinstance(info, dict) else None
-    return str(mode) if mode is not None else None
+    states = info.get("internal_states") if isinstance(info, dict) else None
+    if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
+        return None
+    return states
+
+
+def reported_role(url: str, timeout: float) -> str | None:
+    """The role every scheduler of an engine reports (`internal_states[*].disaggregation_mode`), or None
+    when unknown or when they disagree (a switch still in progress)."""
+    states = _internal_states(url, timeout)
+    modes = {state.get("disaggregation_mode") for state in states or []}
+    if len(modes) != 1 or None in modes:
+        return None
+    return str(modes.pop())
+
+
+def decode_graph_settings(url: str, timeout: float) -> dict[str, Any]:
+    """What a prefill→decode switch must send, read from a decode peer's `/server_info`:
+    `decode_cuda_graph_memory_gb` and `decode_cuda_graph_bs` (empty when the peer does not report them)."""
+    states = _internal_states(url, timeout) or [{}]
+    return {key: states[0][key] for key in DECODE_GRAPH_KEYS if states[0].get(key) is not None}

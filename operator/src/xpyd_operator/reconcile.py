@@ -51,6 +51,8 @@ class Reconciler:
     _applied: dict[str, int] = field(default_factory=dict)
     # uid -> (generation, message) of the permanent error last reported (one Event per error).
     _reported_blocked: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # uid -> the unsupported-engine-flag message last posted as an Event (one Event per message).
+    _reported_flags: dict[str, str] = field(default_factory=dict)
     # uid -> restarts in progress (mirrors status.pendingRestarts, read at the start of every pass).
     _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -93,6 +95,7 @@ class Reconciler:
             )
         )
         self._write_status(pdd, body, status)
+        self._report_unsupported_flags(pdd, status)
         progressing = any(
             c["type"] == ConditionType.PROGRESSING and c["status"] == "True" for c in status["conditions"]
         )
@@ -102,6 +105,7 @@ class Reconciler:
         self._applied.pop(uid, None)
         self._pending.pop(uid, None)
         self._reported_blocked.pop(uid, None)
+        self._reported_flags.pop(uid, None)
 
     # --- observe ---------------------------------------------------------------------------------
 
@@ -204,12 +208,29 @@ class Reconciler:
                 if base is None:
                     raise engine_client.EngineError(f"{instance.name} has no reachable engine URL")
                 url = base + pdd.spec.conversion.switch_path
-                engine_client.switch_role(url, target, self.config.engine_timeout_seconds)
+                settings = self._decode_graph_settings(pdd) if target is Role.DECODE else {}
+                engine_client.switch_role(url, target, self.config.engine_timeout_seconds, settings)
             except engine_client.EngineError as error:
                 self._event(pdd, Reason.SWITCH_FAILED, f"{instance.name}: {error}", warning=True)
                 return
         annotations = {ANNOTATION_TRANSITION: verifying.to_json()}
         self.kube.patch_pod(pdd.namespace, instance.name, instance.resource_version, annotations=annotations)
+
+    def _decode_graph_settings(self, pdd: PDDeployment) -> dict[str, Any]:
+        """The decode graph settings a serving decode peer reports (what its switch to decode reserved),
+        as SGLang's own role-switch test does; empty without such a peer (the engine then says why)."""
+        for peer in self._observe(pdd):
+            if peer.role is not Role.DECODE or not (peer.ready and peer.serving) or peer.transition:
+                continue
+            base = engine_client.base_url(peer, pdd.spec.engine.port, self.config.probe_pod_ip)
+            if base is None:
+                continue
+            settings = engine_client.decode_graph_settings(
+                f"{base}/server_info", self.config.engine_timeout_seconds
+            )
+            if settings:
+                return settings
+        return {}
 
     def _restart_as(self, pdd: PDDeployment, instance: Instance, target: Role, record: str) -> None:
         """Recreate the instance with the same name on the same node, rendered for its new role.
@@ -304,6 +325,15 @@ class Reconciler:
         if all(current.get(key) == value for key, value in status.items()):
             return
         self.kube.patch_status(pdd.namespace, pdd.name, status)
+
+    def _report_unsupported_flags(self, pdd: PDDeployment, status: dict[str, Any]) -> None:
+        """One Warning Event per distinct message when the engine image rejects a flag xpyd renders."""
+        for condition in status["conditions"]:
+            if condition["reason"] != Reason.ENGINE_FLAG_UNSUPPORTED:
+                continue
+            if self._reported_flags.get(pdd.uid) != condition["message"]:
+                self._event(pdd, Reason.ENGINE_FLAG_UNSUPPORTED, condition["message"], warning=True)
+                self._reported_flags[pdd.uid] = condition["message"]
 
     def _report_blocked(self, body: Mapping[str, Any], reason: str, message: str) -> None:
         metadata = body.get("metadata") or {}

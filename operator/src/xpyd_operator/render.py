@@ -11,7 +11,15 @@ import hashlib
 import json
 from typing import Any
 
-from xpyd_api.models import EngineType, PDDeployment, PDDeploymentSpec, RouterType, SwitchMethod
+from xpyd_api.models import (
+    NIXL_CONNECTOR,
+    VLLM_ROUTER_KV_CONNECTORS,
+    EngineType,
+    PDDeployment,
+    PDDeploymentSpec,
+    RouterType,
+    SwitchMethod,
+)
 from xpyd_api.names import (
     ANNOTATION_TRANSITION,
     API_VERSION,
@@ -29,8 +37,14 @@ from xpyd_api.names import (
 GPU_RESOURCE = "nvidia.com/gpu"
 ENGINE_CONTAINER = "engine"
 ROLE_ENV = "XPYD_ROLE"
-DEFAULT_VLLM_CONNECTOR = "NixlConnector"
 DEFAULT_SGLANG_BACKEND = "mooncake"
+# NIXL's side channel: the prefill side hands its host to decode as `remote_host`, and vLLM's default
+# is localhost, so across pods it must be the pod IP. Each pod has its own IP, so one port serves all.
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+NIXL_SIDE_CHANNEL_PORT = 5600
+# SGLang serves /metrics only with --enable-metrics, and its length histograms only with the second.
+SGLANG_METRICS_ARGS = ("--enable-metrics", "--collect-tokens-histogram")
 SGLANG_COMMAND = ("python3", "-m", "sglang.launch_server")
 VLLM_COMMAND = ("vllm", "serve")
 # Where the router exports its metrics. Both routers bind 127.0.0.1 by default, out of Prometheus' reach
@@ -61,7 +75,8 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
     vLLM: `--kv-transfer-config` JSON with `kv_connector` and `kv_role` (kv_both when conversion is by
     routing, since such an instance must serve either role; kv_producer/kv_consumer otherwise).
     SGLang: `--disaggregation-mode prefill|decode` and `--disaggregation-transfer-backend`; with the HTTP
-    switch the mode is read from the role label at start, and `--enable-pd-role-switch` is set.
+    switch the mode is read from the role label at start, and `--enable-pd-role-switch` is set; metrics
+    are switched on (`--enable-metrics --collect-tokens-histogram`), the autoscaler reads them.
     """
     engine = spec.engine
     method = spec.switch_method
@@ -71,7 +86,7 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
             kv_role = "kv_both"
         else:
             kv_role = "kv_producer" if role is Role.PREFILL else "kv_consumer"
-        kv_config = {"kv_connector": engine.kv_connector or DEFAULT_VLLM_CONNECTOR, "kv_role": kv_role}
+        kv_config = {"kv_connector": spec.vllm_connector, "kv_role": kv_role}
         args = ["--model", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
         args += ["--kv-transfer-config", json.dumps(kv_config, separators=(",", ":"), sort_keys=True)]
         if tensor_parallel > 1:
@@ -82,6 +97,7 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
         args = ["--model-path", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
         args += ["--disaggregation-mode", mode]
         args += ["--disaggregation-transfer-backend", engine.kv_connector or DEFAULT_SGLANG_BACKEND]
+        args += SGLANG_METRICS_ARGS
         if tensor_parallel > 1:
             args += ["--tp-size", str(tensor_parallel)]
         if method is SwitchMethod.HTTP:
@@ -102,22 +118,47 @@ def _resources(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
     return {"limits": {**pool.resources.limits, **gpus}, "requests": {**pool.resources.requests, **gpus}}
 
 
-def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
-    """The pod spec of an instance of `role` (without a node binding); its hash is the template hash."""
+def _uses_nixl(spec: PDDeploymentSpec) -> bool:
+    return spec.engine.type is EngineType.VLLM and spec.vllm_connector == NIXL_CONNECTOR
+
+
+def engine_env(spec: PDDeploymentSpec, role: Role) -> list[dict[str, Any]]:
+    """The engine's environment: the role (downward API from the label), NIXL's side channel on the pod
+    IP (vLLM with NixlConnector), then the user's; a name the user sets replaces the rendered one."""
     pool = spec.pool(role)
-    role_env = {
-        "name": ROLE_ENV,
-        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_ROLE}']"}},
-    }
+    rendered: list[dict[str, Any]] = [
+        {"name": ROLE_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_ROLE}']"}}}
+    ]
+    if _uses_nixl(spec):
+        rendered += [
+            {"name": NIXL_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": NIXL_PORT_ENV, "value": str(NIXL_SIDE_CHANNEL_PORT)},
+        ]
+    users = [*spec.engine.env, *pool.env]
+    overridden = {entry.get("name") for entry in users}
+    return [entry for entry in rendered if entry["name"] not in overridden] + users
+
+
+def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
+    """The pod spec of an instance of `role` (without a node binding); its hash is the template hash.
+
+    The engine's termination message falls back to its last log lines, so an image that rejects a flag
+    xpyd renders is reported by name (status.report_unsupported_flags), not only as a crash loop.
+    """
+    pool = spec.pool(role)
+    ports = [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}]
+    if _uses_nixl(spec):
+        ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"})
     container = {
         "name": ENGINE_CONTAINER,
         "image": spec.engine.image,
         "command": _engine_command(spec),
         "args": [*engine_role_args(spec, role), *spec.engine.args, *pool.args],
-        "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}],
-        "env": [role_env, *spec.engine.env, *pool.env],
+        "ports": ports,
+        "env": engine_env(spec, role),
         "resources": _resources(spec, role),
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Always"}
     if pool.node_selector:
@@ -189,6 +230,16 @@ def _selector_terms(pdd_name: str, role: Role) -> list[str]:
     return [f"{key}={value}" for key, value in instance_selector(pdd_name, role).items()]
 
 
+def _router_kv_connector_args(spec: PDDeploymentSpec) -> list[str]:
+    """vllm-router in front of vLLM must speak the engines' KV connector (`--kv-connector`, default nixl);
+    a `--kv-connector` in spec.router.args wins."""
+    if spec.router.type is not RouterType.VLLM_ROUTER or spec.engine.type is not EngineType.VLLM:
+        return []
+    if any(arg == "--kv-connector" or arg.startswith("--kv-connector=") for arg in spec.router.args):
+        return []
+    return ["--kv-connector", VLLM_ROUTER_KV_CONNECTORS[spec.vllm_connector]]
+
+
 def router_args(pdd: PDDeployment) -> list[str]:
     """Router flags: PD mode with Kubernetes service discovery by the instances' label selectors."""
     spec = pdd.spec
@@ -201,6 +252,7 @@ def router_args(pdd: PDDeployment) -> list[str]:
         "--port",
         str(spec.router.port),
         pd_flag,
+        *_router_kv_connector_args(spec),
         "--service-discovery",
         "--service-discovery-namespace",
         pdd.namespace,

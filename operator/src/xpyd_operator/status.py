@@ -15,6 +15,32 @@ from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import ConditionType, Reason, Role
 from xpyd_operator.plan.instances import Instance, TransitionKind
 
+# What xpyd renders each engine flag for, so a Degraded message says which setting needs the newer image.
+FLAG_PURPOSES = {
+    "--enable-pd-role-switch": "spec.conversion.switchMethod HTTP needs it",
+    "--enable-metrics": "rendered for the autoscaler's metrics (SGLang /metrics)",
+    "--collect-tokens-histogram": "rendered for the autoscaler's prompt and output length quantiles",
+    "--kv-transfer-config": "rendered for prefill/decode KV transfer (spec.engine.kvConnector)",
+    "--disaggregation-mode": "rendered for prefill/decode disaggregation",
+    "--disaggregation-transfer-backend": "rendered for KV transfer (spec.engine.kvConnector)",
+}
+
+
+def unsupported_flags_message(image: str, instances: Sequence[Instance]) -> str | None:
+    """Names each flag the engine image rejected, the instance and why xpyd passes it; None if none."""
+    parts = []
+    for instance in instances:
+        for flag in instance.rejected_flags:
+            purpose = FLAG_PURPOSES.get(flag, "from spec.engine.args or a pool's args")
+            parts.append(f"{flag} ({purpose}; instance {instance.name})")
+    if not parts:
+        return None
+    return (
+        f"engine image {image} does not accept "
+        + ", ".join(parts)
+        + ": use an image that knows the flag, or change the setting that renders it"
+    )
+
 
 @dataclass(frozen=True)
 class StatusInput:
@@ -120,7 +146,10 @@ def compute_status(inp: StatusInput) -> dict[str, Any]:
             ConditionType.PROGRESSING, False, Reason.STABLE, "at desired counts and template"
         )
 
-    if failed:
+    unsupported = unsupported_flags_message(inp.spec.engine.image, inp.instances)
+    if unsupported:
+        degraded = condition(ConditionType.DEGRADED, True, Reason.ENGINE_FLAG_UNSUPPORTED, unsupported)
+    elif failed:
         degraded = condition(
             ConditionType.DEGRADED,
             True,

@@ -42,7 +42,9 @@ class EngineStub:
                         )
                         self._reply(200, text.encode())
                     elif endpoint == "server_info":
-                        self._reply(200, json.dumps({"disaggregation_mode": stub.roles.get(pod)}).encode())
+                        # SGLang's shape: the live role per scheduler (the top level is launch args)
+                        state = {"disaggregation_mode": stub.roles.get(pod)}
+                        self._reply(200, json.dumps({"internal_states": [state]}).encode())
                     else:
                         self._reply(404, b"not found")
 

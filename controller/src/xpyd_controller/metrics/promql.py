@@ -90,16 +90,16 @@ VLLM = EngineMetrics(
     tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
 )
 
-# SGLang's names (docs.sglang.io "Production Metrics", `--enable-metrics`). It exports no per-request
-# length histograms, so the p90 lengths have no data; the prefix-cache hit rate is cached prompt tokens
-# over all prompt tokens.
+# SGLang's names (docs.sglang.io "Production Metrics"; the operator starts it with `--enable-metrics`
+# and `--collect-tokens-histogram`, without which there are no per-request length histograms); the
+# prefix-cache hit rate is cached prompt tokens over all prompt tokens.
 SGLANG = EngineMetrics(
     requests_in=("sglang:num_requests_total",),
     prompt_tokens=("sglang:prompt_tokens_total",),
-    prompt_histogram=(),
+    prompt_histogram=("sglang:prompt_tokens_histogram",),
     requests_out=("sglang:num_requests_total",),
     output_tokens=("sglang:generation_tokens_total",),
-    output_histogram=(),
+    output_histogram=("sglang:generation_tokens_histogram",),
     prefix_queries=("sglang:prompt_tokens_total",),
     prefix_hits=("sglang:cached_tokens_total",),
     waiting=("sglang:num_queue_reqs",),

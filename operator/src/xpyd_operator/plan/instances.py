@@ -7,6 +7,7 @@ precondition), so an operator that restarts reads exactly where each instance wa
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -103,6 +104,7 @@ class Instance:
     conversions: int = 0
     metrics_url: str | None = None
     engine_url: str | None = None
+    rejected_flags: tuple[str, ...] = ()  # flags its engine exited on as unknown (an image too old)
 
     @property
     def effective_role(self) -> Role:
@@ -122,6 +124,24 @@ def _epoch(timestamp: str | None) -> float:
     if not timestamp:
         return 0.0
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+# argparse's exit message (vLLM and SGLang both parse their flags with it).
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: ([^\n]+)")
+
+
+def rejected_flags(status: dict[str, Any]) -> tuple[str, ...]:
+    """Flags a container exited on as unrecognized, from its termination message (the pod template asks
+    for the log tail there); empty when none did."""
+    flags: list[str] = []
+    for container in status.get("containerStatuses") or []:
+        for state in (container.get("state") or {}, container.get("lastState") or {}):
+            message = (state.get("terminated") or {}).get("message") or ""
+            for match in _UNRECOGNIZED.finditer(message):
+                flags += [
+                    word for word in match.group(1).split() if word.startswith("-") and word not in flags
+                ]
+    return tuple(flags)
 
 
 def parse_instance(pod: dict[str, Any]) -> Instance | None:
@@ -154,4 +174,5 @@ def parse_instance(pod: dict[str, Any]) -> Instance | None:
         conversions=int(annotations.get(ANNOTATION_CONVERSIONS, "0") or 0),
         metrics_url=annotations.get(ANNOTATION_METRICS_URL),
         engine_url=annotations.get(ANNOTATION_ENGINE_URL),
+        rejected_flags=rejected_flags(status),
     )
