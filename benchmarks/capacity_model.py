@@ -135,13 +135,32 @@ def measure(count: int, runs: int) -> str:
             f"{each.cpu * 1e3:.2f} ms each, {each.cpu * count:.0f} s CPU for {count:,} "
             f"| {each.cpu * count / vectorised.cpu:.0f}× less |"
         )
-    plan = process_timing(PLAN_COMMAND, runs)
-    floor = process_timing([sys.executable, "-c", "import numpy"], runs)
-    lines.append(
-        f"| `xpyd plan` process, start to exit | {plan.wall:.3f} s | {plan.cpu:.3f} s "
-        f"| `python -c 'import numpy'`: {floor.wall:.3f} / {floor.cpu:.3f} s "
-        f"| +{plan.cpu - floor.cpu:.3f} s CPU over it |"
+    xpyd = PLAN_COMMAND[0]
+    floor_command = [sys.executable, "-c", "import numpy"]
+    commands = {
+        "`xpyd plan` process, start to exit": PLAN_COMMAND,
+        "`xpyd --help` process": [xpyd, "--help"],
+        "`xpyd version` process": [xpyd, "version"],
+    }
+    timings: dict[str, list[Timing]] = {label: [] for label in [*commands, "floor"]}
+    for _ in range(runs):  # interleaved, so every command sees the same machine load
+        timings["floor"].append(process_timing(floor_command, 1))
+        for label, command in commands.items():
+            timings[label].append(process_timing(command, 1))
+    floor = Timing(
+        statistics.median(t.wall for t in timings["floor"]),
+        statistics.median(t.cpu for t in timings["floor"]),
     )
+    for label in commands:
+        run = Timing(
+            statistics.median(t.wall for t in timings[label]),
+            statistics.median(t.cpu for t in timings[label]),
+        )
+        lines.append(
+            f"| {label} | {run.wall:.3f} s | {run.cpu:.3f} s "
+            f"| `python -c 'import numpy'`: {floor.wall:.3f} / {floor.cpu:.3f} s "
+            f"| {run.cpu / floor.cpu:.2f}× its CPU (target ≤ 1.3×) |"
+        )
     command = " ".join(["xpyd", *PLAN_COMMAND[1:]])
     return "\n".join(
         [

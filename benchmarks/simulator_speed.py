@@ -12,6 +12,12 @@ produce the same table, so the comparison is like for like.
 interpreted (a before/after of the source under the same machine load).
 
 `--write` replaces the "Fleet simulator speed" section of docs/BENCHMARKS.md with the results.
+
+`--cli` instead times the seed table as a user gets it: 8 `xpyd simulate` processes (one per row)
+against the article's own simulator run as published, in the same run (interleaved). The article's
+code is read from the seed text (`--article`, default /work/shared/seeds/), never kept in this
+repository; its text lost the listing's indentation, so ARTICLE_INDENT restores it, and the run's
+table must equal the one printed under the listing. `--write` then updates its own subsection.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import json
 import math
+import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from collections import deque
@@ -47,6 +57,107 @@ from xpyd_controller.sim.traces import Trace
 ROWS = [("colocated", 0), ("disagg", 1), ("disagg", 4), ("disagg", 6)]
 RATES = (8.0, 28.0)
 SECTION = "## Fleet simulator speed (`benchmarks/simulator_speed.py`)"
+CLI_SUBSECTION = "### Seed table through the CLI (`benchmarks/simulator_speed.py --cli`)"
+ARTICLE = Path("/work/shared/seeds/001_e9de87bc22c4d4ce.txt")
+ARTICLE_FIRST_LINE = "import heapq, random"
+# Indent level (× 4 spaces) of each line of the article's listing, from ARTICLE_FIRST_LINE on.
+ARTICLE_INDENT = "0000000000001112211211111111122331223312223323323323312222334434423333233343233323344545544531010000011222222221"
+CLI_SPLITS = {("colocated", 0): ["--mode", "colocated", "--split", "8"]}
+
+
+def article_program(path: Path) -> tuple[str, list[str]]:
+    """The article's listing, re-indented, and the table rows it printed beneath it."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index(ARTICLE_FIRST_LINE)
+    listing = lines[start : start + len(ARTICLE_INDENT)]
+    code = "\n".join("    " * int(level) + line for level, line in zip(ARTICLE_INDENT, listing, strict=True))
+    printed = [
+        line for line in lines[start + len(ARTICLE_INDENT) :] if line.startswith(("colocated", "disagg"))
+    ]
+    return code + "\n", printed[:8]
+
+
+def article_row_values(line: str) -> tuple[float, float]:
+    """(TTFT p50 in ms, goodput in %) of one printed row."""
+    fields = line.split()
+    return float(fields[3]), float(fields[6].rstrip("%"))
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_process(argv: list[str]) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout) of one child process."""
+    wall, cpu = time.perf_counter(), children_cpu()
+    done = subprocess.run(argv, check=True, capture_output=True, text=True)
+    return time.perf_counter() - wall, children_cpu() - cpu, done.stdout
+
+
+def xpyd_seed_rows() -> list[tuple[str, list[str]]]:
+    """The 8 rows as `xpyd simulate` command lines (label, argv)."""
+    xpyd = str(Path(sys.executable).with_name("xpyd"))
+    rows = []
+    for rate in RATES:
+        for mode, prefill in ROWS:
+            split = CLI_SPLITS.get((mode, prefill), ["--split", f"{prefill}:{SEED_GPUS - prefill}"])
+            argv = [xpyd, "simulate", "--scenario", "seed-8gpu", *split, "--rate", f"{rate:g}", "--json"]
+            rows.append((f"{mode} {prefill} {rate:g}", argv))
+    return rows
+
+
+def cli_benchmark(args: argparse.Namespace) -> int:
+    code, printed = article_program(args.article)
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "article_simulator.py"
+        script.write_text(code, encoding="utf-8")
+        article_runs, xpyd_runs, agree = [], [], True
+        for _ in range(args.repeats):  # interleaved: both see the same machine load
+            wall, cpu, out = timed_process([sys.executable, str(script)])
+            ran = [line for line in out.splitlines() if line.startswith(("colocated", "disagg"))]
+            if [line.split() for line in ran] != [line.split() for line in printed]:
+                sys.exit("the article's simulator did not print the article's table: check ARTICLE_INDENT")
+            article_runs.append((wall, cpu))
+            total_wall = total_cpu = 0.0
+            for (_label, argv), line in zip(xpyd_seed_rows(), printed, strict=True):
+                wall, cpu, out = timed_process(argv)
+                total_wall, total_cpu = total_wall + wall, total_cpu + cpu
+                result = json.loads(out)
+                ttft_ms, goodput_pct = article_row_values(line)
+                agree &= round(result["ttft_p50"] * 1e3, 1) == ttft_ms
+                agree &= round(result["goodput"] * 100, 1) == goodput_pct
+            xpyd_runs.append((total_wall, total_cpu))
+    article_wall = statistics.median(w for w, _ in article_runs)
+    article_cpu = statistics.median(c for _, c in article_runs)
+    xpyd_wall = statistics.median(w for w, _ in xpyd_runs)
+    xpyd_cpu = statistics.median(c for _, c in xpyd_runs)
+    floor_wall, floor_cpu, _ = timed_process([sys.executable, "-c", "import numpy"])
+    engine_name = native.run_events_impl()[1]
+    body = f"""{CLI_SUBSECTION}
+
+Command: `{" ".join([".venv/bin/python", "benchmarks/simulator_speed.py", *sys.argv[1:]])}` on
+{platform.machine()} / Python {platform.python_version()}, {args.repeats} interleaved rounds (medians);
+1-min load average {os.getloadavg()[0]:.1f} at the end (shared machine). The article's simulator is its
+published listing read from `{args.article.name}` and run with the same interpreter; xpyd is 8
+`xpyd simulate --scenario seed-8gpu --split X:Y --rate R --json` processes run one after another
+(the co-located row `--mode colocated --split 8`), {engine_name} engine.
+
+| seed table, 8 rows × 6,000 requests | wall (median) | CPU (median) |
+|---|---|---|
+| the article's simulator, one process | {article_wall:.2f} s | {article_cpu:.2f} s |
+| 8 `xpyd simulate` processes, one after another | {xpyd_wall:.2f} s | {xpyd_cpu:.2f} s |
+| ratio | ×{article_wall / xpyd_wall:.1f} faster | ×{article_cpu / xpyd_cpu:.1f} less CPU |
+
+Every row's TTFT p50 (0.1 ms) and goodput (0.1 %) equal the article's printed table: {agree}.
+Per-process floor in this run: `python -c 'import numpy'` {floor_wall:.3f} s wall / {floor_cpu:.3f} s CPU.
+Individual rounds: article {[(round(w, 2), round(c, 2)) for w, c in article_runs]},
+xpyd {[(round(w, 2), round(c, 2)) for w, c in xpyd_runs]} (wall, CPU) s. Target: ×10.
+"""
+    print(body)
+    if args.write:
+        replace_section(SECTION, body, append=True)
+    return 0 if agree else 1
 
 
 def baseline_run(mode: str, prefill_gpus: int, trace: Trace) -> tuple[float, float, float]:
@@ -227,7 +338,13 @@ def main() -> int:
     parser.add_argument("--day-source-repeats", type=int, default=1, help="24 h runs on the source engine")
     parser.add_argument("--against", metavar="REV", help="also time sim/engine.py at git revision REV")
     parser.add_argument("--write", action="store_true", help="update docs/BENCHMARKS.md")
+    parser.add_argument(
+        "--cli", action="store_true", help="only the seed table as xpyd processes vs the article"
+    )
+    parser.add_argument("--article", type=Path, default=ARTICLE, help="the seed article's text (for --cli)")
     args = parser.parse_args()
+    if args.cli:
+        return cli_benchmark(args)
 
     try:
         compiled = native.compiled_run_events()
@@ -301,7 +418,7 @@ goodput equals the compiled run's. Baseline seed table: {base:.3f} s median.
 Individual timings: seed table {seed_notes}, baseline {rounded(base_times)} s; day {"; ".join(day_notes)}.
 Targets: seed table < 0.5 s, day < 60 s.
 """
-        replace_section(SECTION, body)
+        replace_section(SECTION, body, keep_from=CLI_SUBSECTION)
     return 0
 
 

@@ -213,6 +213,52 @@ def test_sweep_table_has_a_row_per_value(capsys: pytest.CaptureFixture[str]) -> 
     assert len(rows) == 3
 
 
+def test_sweep_marks_invalid_points_instead_of_aborting(capsys: pytest.CaptureFixture[str]) -> None:
+    """A TPOT below the floor and a negative rate are rows marked invalid; the other points are sized."""
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--sweep", "tpot-slo=0.004,0.02,0.05")
+    assert code == 0
+    rows = {
+        line.split()[0]: line
+        for line in out.splitlines()
+        if line.strip().startswith(("0.004", "0.02", "0.05"))
+    }
+    assert "invalid: --tpot-slo 0.004: below the physical floor 4.79 ms" in rows["0.004"]
+    assert rows["0.05"].rstrip().endswith("yes")
+    assert "TTFT mean" in out
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--json", "--sweep", "rate=-1,2")
+    assert code == 0
+    first, second = json.loads(out)["plans"]
+    assert first == {"invalid_input": "--rate -1.0: must be a finite number >= 0", "feasible": False}
+    assert second["invalid_input"] is None and second["prefill_instances"] >= 1
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--ttft-quantile", "0.9", "--sweep", "rate=1,2")
+    assert "TTFT p90" in out
+
+
+def test_sweep_with_no_valid_point_exits_two(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_plan(capsys, *TRAFFIC, "--sweep", "rate=-2,-1")
+    assert code == 2
+    assert "--rate -2.0: must be a finite number >= 0" in err
+
+
+def test_sweep_plot_is_drawn_against_the_swept_quantity(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.axes
+
+    labels: list[str] = []
+    original = matplotlib.axes.Axes.set_xlabel
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "set_xlabel",
+        lambda self, label, **kw: labels.append(label) or original(self, label, **kw),
+    )
+    target = tmp_path / "sweep.png"
+    code, _, _ = run_plan(capsys, *TRAFFIC, "--sweep", "tpot-slo=0.004,0.02,0.05", "--plot", str(target))
+    assert code == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert labels[0] == "tpot-slo (swept)"
+
+
 def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "plan.png"
     code, _, _ = run_plan(capsys, *TRAFFIC, "--plot", str(target))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from xpyd_controller.model.explain import explain, format_bytes, format_seconds, value_at
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
@@ -298,31 +299,50 @@ def parse_sweep(text: str) -> tuple[str, FloatArray]:
     return name.replace("-", "_"), values
 
 
-def check_physical_floors(plan: Plan, inputs: PlanInputs) -> None:
-    """An SLO no amount of GPUs can meet is an input error: name the flag, the value and the floor."""
+def physical_floor_errors(plan: Plan, inputs: PlanInputs) -> dict[int, str]:
+    """SLOs no amount of GPUs can meet, by flat scenario index: the flag, the value and the floor."""
+    errors: dict[int, str] = {}
+
+    def flag(mask: npt.NDArray[np.bool_], message: Callable[[int], str]) -> None:
+        for index in np.flatnonzero(np.broadcast_to(mask, np.shape(plan.prefill_instances))):
+            errors.setdefault(int(index), message(int(index)))
+
+    def flat(array: object, index: int) -> float:
+        return float(np.ravel(np.broadcast_to(np.asarray(array), np.shape(plan.prefill_instances)))[index])
+
     decode_fits = np.asarray(plan.decode_weights_fit)
-    tpot_low = decode_fits & (plan.tpot_slo_seconds <= plan.tpot_floor_seconds)
-    if tpot_low.any():
-        floor = float(plan.tpot_floor_seconds[tpot_low].flat[0])
-        raise PlanInputError(
-            f"--tpot-slo {float(plan.tpot_slo_seconds[tpot_low].flat[0]):g}: below the physical floor "
-            f"{format_seconds(floor)} per decode step (step overhead + weight read W/β of "
+    flag(
+        decode_fits & (plan.tpot_slo_seconds <= plan.tpot_floor_seconds),
+        lambda i: (
+            f"--tpot-slo {flat(plan.tpot_slo_seconds, i):g}: below the physical floor "
+            f"{format_seconds(flat(plan.tpot_floor_seconds, i))} per decode step (step overhead + weight read W/β of "
             f"{format_bytes(inputs.model.weight_footprint_bytes)} at {format_bytes(inputs.gpu.effective_bandwidth)}/s per GPU)"
-        )
+        ),
+    )
     ttft_floor = plan.prefill_seconds + plan.exposed_transfer_seconds + plan.tpot_floor_seconds
-    ttft_low = np.asarray(plan.prefill_weights_fit) & (plan.ttft_slo_seconds <= ttft_floor)
-    if ttft_low.any():
-        raise PlanInputError(
-            f"--ttft-slo {float(plan.ttft_slo_seconds[ttft_low].flat[0]):g}: below the physical floor "
-            f"{format_seconds(float(ttft_floor[ttft_low].flat[0]))} (prefill of the mean prompt + exposed "
+    flag(
+        np.asarray(plan.prefill_weights_fit) & (plan.ttft_slo_seconds <= ttft_floor),
+        lambda i: (
+            f"--ttft-slo {flat(plan.ttft_slo_seconds, i):g}: below the physical floor "
+            f"{format_seconds(flat(ttft_floor, i))} (prefill of the mean prompt + exposed "
             "KV transfer + one decode step, before any queueing)"
-        )
-    budget_low = plan.transfer_budget_seconds <= inputs.link.overhead
-    if budget_low.any():
-        raise PlanInputError(
-            f"--transfer-budget {float(plan.transfer_budget_seconds[budget_low].flat[0]):g}: at or below the "
+        ),
+    )
+    flag(
+        plan.transfer_budget_seconds <= inputs.link.overhead,
+        lambda i: (
+            f"--transfer-budget {flat(plan.transfer_budget_seconds, i):g}: at or below the "
             f"link's fixed overhead {format_seconds(inputs.link.overhead)}, so no transfer fits"
-        )
+        ),
+    )
+    return errors
+
+
+def check_physical_floors(plan: Plan, inputs: PlanInputs) -> None:
+    """An SLO no amount of GPUs can meet is an input error (a single plan stops there)."""
+    errors = physical_floor_errors(plan, inputs)
+    if errors:
+        raise PlanInputError(errors[min(errors)])
 
 
 def _scenario_json(plan: Plan, index: int | tuple[int, ...], link_name: str) -> dict[str, object]:
@@ -442,18 +462,28 @@ def render_table(plan: Plan, inputs: PlanInputs) -> str:
     return "\n".join(lines)
 
 
-def render_sweep(plan: Plan, inputs: PlanInputs, name: str, values: FloatArray) -> str:
+def render_sweep(sweep: SweepResult, inputs: PlanInputs) -> str:
+    """One row per swept value; an invalid or infeasible point is a row that says why."""
+    ttft_kind = "mean" if inputs.slo.ttft_quantile is None else f"p{inputs.slo.ttft_quantile * 100:g}"
     lines = [*_header(inputs), ""]
+    ttft_title = f"TTFT {ttft_kind}"
     lines.append(
-        f"{name:>12} {'prefill':>8} {'decode':>7} {'GPUs':>6} {'batch cap':>9}  {'bound':<15} {'TTFT':>10}  feasible"
+        f"{sweep.flag:>12} {'prefill':>8} {'decode':>7} {'GPUs':>6} {'batch cap':>9}  {'bound':<15} "
+        f"{ttft_title:>10}  feasible"
     )
-    for i, value in enumerate(values):
-        row = plan.as_dict(i)
+    for i, value in enumerate(sweep.values):
+        if i in sweep.invalid:
+            lines.append(
+                f"{value:>12g} {'-':>8} {'-':>7} {'-':>6} {'-':>9}  {'-':<15} {'-':>10}  invalid: {sweep.invalid[i]}"
+            )
+            continue
+        j = sweep.plan_index[i]
+        row = sweep.plan.as_dict(j)
         ttft = row["predicted_ttft_seconds"]
         feasible = (
             "yes"
             if row["feasible"]
-            else "no: " + "; ".join(explain(plan, i, link_name=inputs.link_name).infeasible)
+            else "no: " + "; ".join(explain(sweep.plan, j, link_name=inputs.link_name).infeasible)
         )
         lines.append(
             f"{value:>12g} {row['prefill_instances']:>8} {row['decode_instances']:>7} {row['total_gpus']:>6g} "
@@ -463,93 +493,224 @@ def render_sweep(plan: Plan, inputs: PlanInputs, name: str, values: FloatArray) 
     return "\n".join(lines)
 
 
-def plot(
-    path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: tuple[str, FloatArray] | None
-) -> None:
-    """Two panels: x and y against rate; the KV-transfer feasible region kv ≤ t_budget·BW/L."""
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """A sweep's plan over its valid points, and why each other point is invalid."""
+
+    name: str  # argparse dest of the swept quantity
+    values: FloatArray  # every swept value, in order
+    plan: Plan  # over the valid values only
+    inputs: PlanInputs
+    plan_index: dict[int, int]  # swept position → index into `plan`
+    invalid: dict[int, str]  # swept position → the input error, in words
+
+    @property
+    def flag(self) -> str:
+        return self.name.replace("_", "-")
+
+
+MAX_CHECKED_ONE_BY_ONE = 100_000  # points validated one at a time when the whole sweep is rejected
+
+
+def _input_error_words(error: SpecError | PlanInputError) -> str:
+    return spec_error_words(error) if isinstance(error, SpecError) else str(error)
+
+
+def run_sweep(args: argparse.Namespace, name: str, values: FloatArray) -> SweepResult:
+    """Size every swept point; a point the specs or the physical floors reject becomes a marked row.
+
+    Raises the error when no point is valid (or the rejection is not about the swept value).
+    """
+    invalid: dict[int, str] = {}
+    try:
+        inputs = build_inputs(args, {name: values})
+        valid = np.arange(values.size)
+    except (SpecError, PlanInputError) as whole:
+        if values.size > MAX_CHECKED_ONE_BY_ONE:
+            raise
+        for i in range(values.size):
+            try:
+                build_inputs(args, {name: values[i : i + 1]})
+            except (SpecError, PlanInputError) as error:
+                invalid[i] = _input_error_words(error)
+        valid = np.array([i for i in range(values.size) if i not in invalid], dtype=np.int64)
+        if valid.size == 0:
+            raise whole from None
+        inputs = build_inputs(args, {name: values[valid]})
+    plan = size_pools(inputs.model, inputs.gpu, inputs.link, inputs.workload, inputs.slo, pools=inputs.pools)
+    for j, message in physical_floor_errors(plan, inputs).items():
+        invalid[int(valid[j])] = message
+    if len(invalid) == values.size:
+        raise PlanInputError(invalid[0])
+    return SweepResult(name, values, plan, inputs, {int(i): j for j, i in enumerate(valid)}, invalid)
+
+
+# Colours keep their meaning across both panels and every plot xpyd draws.
+PREFILL_COLOUR, DECODE_COLOUR, TOTAL_COLOUR, INFEASIBLE_COLOUR = "tab:blue", "tab:orange", "0.35", "tab:red"
+LINK_COLOURS = {
+    "nvlink": "tab:green",
+    "ib-400g": "tab:purple",
+    "roce-200g": "tab:brown",
+    "pcie5": "tab:olive",
+}
+
+
+def _at_points(sweep: SweepResult, points: list[int]) -> tuple[Workload, Slo, PoolConfig]:
+    """The sweep's workload, SLO and pools with the swept quantity at the given plan indices only."""
+    index = np.asarray(points, dtype=np.int64)
+
+    def pick(value: Any) -> Any:
+        return np.asarray(value)[index] if np.ndim(value) == 1 else value
+
+    inputs = sweep.inputs
+    return tuple(  # type: ignore[return-value]
+        dataclasses.replace(part, **{f.name: pick(getattr(part, f.name)) for f in dataclasses.fields(part)})
+        for part in (inputs.workload, inputs.slo, inputs.pools)
+    )
+
+
+def _spread_labels(values: list[float], min_ratio: float) -> list[float]:
+    """Label heights on a log axis, each at least `min_ratio` above the one below (no overlaps)."""
+    placed: list[float] = []
+    for value in sorted(values):
+        placed.append(max(value, placed[-1] * min_ratio) if placed else value)
+    order = sorted(range(len(values)), key=values.__getitem__)
+    heights = [0.0] * len(values)
+    for rank, index in enumerate(order):
+        heights[index] = placed[rank]
+    return heights
+
+
+def plot(path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: SweepResult | None) -> None:
+    """Two panels: x and y against the swept quantity (or the rate); the KV-transfer feasible region."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if sweep is not None and sweep[0] == "rate":
-        rates = sweep[1]
+    if sweep is not None:
+        shown = [i for i in sorted(sweep.plan_index) if i not in sweep.invalid]
+        axis_values = sweep.values[shown]
+        plan = size_pools(  # the valid points only, in swept order
+            sweep.inputs.model,
+            sweep.inputs.gpu,
+            sweep.inputs.link,
+            *_at_points(sweep, [sweep.plan_index[i] for i in shown])[:2],
+            pools=_at_points(sweep, [sweep.plan_index[i] for i in shown])[2],
+        )
+        axis_label = f"{sweep.flag} (swept)"
     else:
-        rates = np.linspace(0.0, max(2.0 * float(args.rate), 1.0), 129)
-    base = build_inputs(args)  # without the sweep: every other quantity at its flag value
-    by_rate = size_pools(
-        base.model,
-        base.gpu,
-        base.link,
-        dataclasses.replace(base.workload, rate=rates),
-        base.slo,
-        pools=base.pools,
+        axis_values = np.linspace(0.0, max(2.0 * float(args.rate), 1.0), 129)
+        plan = size_pools(
+            inputs.model,
+            inputs.gpu,
+            inputs.link,
+            dataclasses.replace(inputs.workload, rate=axis_values),
+            inputs.slo,
+            pools=inputs.pools,
+        )
+        axis_label = "arrival rate λ (requests/s)"
+    figure, (pools_axis, region_axis) = plt.subplots(1, 2, figsize=(13, 5))
+    pools_axis.step(
+        axis_values, plan.prefill_instances, where="post", color=PREFILL_COLOUR, label="prefill instances x"
     )
-    figure, (pools_axis, region_axis) = plt.subplots(1, 2, figsize=(12, 4.6))
-    pools_axis.step(rates, by_rate.prefill_instances, where="post", label="prefill instances x")
     if inputs.slo.ttft_quantile is not None:
         pools_axis.step(
-            rates,
-            np.ceil(by_rate.prefill_load),
+            axis_values,
+            np.ceil(plan.prefill_load),
             where="post",
             linestyle="--",
+            color=PREFILL_COLOUR,
+            alpha=0.6,
             label="x by throughput alone (seed formula)",
         )
-    pools_axis.step(rates, by_rate.decode_instances, where="post", label="decode instances y")
-    pools_axis.step(rates, by_rate.total_gpus, where="post", linestyle=":", label="total GPUs")
-    infeasible = ~by_rate.feasible
+    pools_axis.step(
+        axis_values, plan.decode_instances, where="post", color=DECODE_COLOUR, label="decode instances y"
+    )
+    gpus_axis = pools_axis.twinx()
+    gpus_axis.step(
+        axis_values, plan.total_gpus, where="post", linestyle=":", color=TOTAL_COLOUR, label="total GPUs"
+    )
+    gpus_axis.set_ylabel("GPUs (dotted)")
+    gpus_axis.set_ylim(bottom=0)
+    infeasible = ~np.asarray(plan.feasible)
     if infeasible.any():
         pools_axis.scatter(
-            rates[infeasible],
-            by_rate.prefill_instances[infeasible],
+            axis_values[infeasible],
+            np.asarray(plan.prefill_instances)[infeasible],
             marker="x",
-            color="red",
+            color=INFEASIBLE_COLOUR,
+            zorder=5,
             label="infeasible",
         )
-    pools_axis.set_xlabel("arrival rate λ (requests/s)")
-    pools_axis.set_ylabel("instances (GPUs for the dotted line)")
-    pools_axis.set_title(f"{inputs.model_name} on {inputs.gpu_name}: ISL {args.isl:g}, OSL {args.osl:g}")
+    if sweep is not None and sweep.invalid:
+        for i in sweep.invalid:
+            pools_axis.axvline(sweep.values[i], color=INFEASIBLE_COLOUR, alpha=0.25, linewidth=3)
+        pools_axis.plot([], [], color=INFEASIBLE_COLOUR, alpha=0.25, linewidth=3, label="invalid input")
+    pools_axis.set_xlabel(axis_label)
+    pools_axis.set_ylabel("instances")
+    pools_axis.set_ylim(bottom=0)
+    pools_axis.set_title(
+        f"{inputs.model_name} on {inputs.gpu_name}: ISL {args.isl:g}, OSL {args.osl:g}", fontsize=10
+    )
     pools_axis.grid(alpha=0.3)
-    pools_axis.legend()
+    handles = [*pools_axis.get_legend_handles_labels()[0], *gpus_axis.get_legend_handles_labels()[0]]
+    figure.legend(
+        handles=handles, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=3, fontsize=8, frameon=False
+    )
 
-    budget = float(np.asarray(by_rate.transfer_budget_seconds).flat[0])
+    budget = float(np.asarray(plan.transfer_budget_seconds).flat[0])
     lengths = np.logspace(np.log10(512), np.log10(2**21), 200)
     links = {**LINK_PRESETS, inputs.link_name: inputs.link}
     for name, spec in links.items():
+        colour = LINK_COLOURS.get(name, "black")
         kv_max = np.maximum(budget - spec.overhead, 0) * spec.bandwidth / lengths
-        line = region_axis.loglog(lengths, kv_max, label=f"kv_max on {name}")[0]
+        region_axis.loglog(lengths, kv_max, color=colour, label=f"kv_max on {name}")
         if spec is inputs.link:
-            region_axis.fill_between(lengths, 1e3, kv_max, color=line.get_color(), alpha=0.12)
+            region_axis.fill_between(lengths, 1e3, kv_max, color=colour, alpha=0.12)
     names_by_kv: dict[float, list[str]] = {}
     for name, preset in MODEL_PRESETS.items():
         names_by_kv.setdefault(preset.kv_bytes_per_token, []).append(name)
-    for kv, names in names_by_kv.items():
+    kvs = list(names_by_kv)
+    for kv, height in zip(kvs, _spread_labels(kvs, 1.6), strict=True):  # spread so no two labels overlap
         region_axis.axhline(kv, color="grey", linewidth=0.6, linestyle="--")
-        region_axis.annotate(", ".join(names), (lengths[0], kv), fontsize=7, va="bottom")
+        region_axis.annotate(
+            ", ".join(names_by_kv[kv]),
+            (lengths[-1], height),
+            xytext=(4, 0),
+            textcoords="offset points",
+            fontsize=7,
+            va="center",
+            annotation_clip=False,
+        )
     region_axis.scatter(
         [args.isl], [inputs.model.kv_bytes_per_token], color="black", zorder=5, label="this plan"
     )
     region_axis.set_ylim(1e3, 1e8)
     region_axis.set_xlabel("prompt length L (tokens)")
     region_axis.set_ylabel("KV bytes per token")
-    region_axis.set_title(f"transfer feasible region (shaded): L·kv/BW ≤ {format_seconds(budget)}")
+    region_axis.set_title(
+        f"serialized transfer feasible (shaded): L·kv/BW ≤ {format_seconds(budget)}", fontsize=10
+    )
     region_axis.grid(alpha=0.3, which="both")
-    region_axis.legend(fontsize=8, loc="upper right")
-    figure.tight_layout()
+    region_axis.legend(fontsize=7, loc="lower left")
+    figure.tight_layout(rect=(0, 0.08, 0.93, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
 def run(args: argparse.Namespace) -> int:
-    sweep: tuple[str, FloatArray] | None = None
+    sweep: SweepResult | None = None
     try:
         if args.sweep:
-            sweep = parse_sweep(args.sweep)
-        inputs = build_inputs(args, dict([sweep]) if sweep else None)
-        plan = size_pools(
-            inputs.model, inputs.gpu, inputs.link, inputs.workload, inputs.slo, pools=inputs.pools
-        )
-        check_physical_floors(plan, inputs)
+            sweep = run_sweep(args, *parse_sweep(args.sweep))
+            inputs, plan = sweep.inputs, sweep.plan
+        else:
+            inputs = build_inputs(args)
+            plan = size_pools(
+                inputs.model, inputs.gpu, inputs.link, inputs.workload, inputs.slo, pools=inputs.pools
+            )
+            check_physical_floors(plan, inputs)
     except SpecError as err:
         print(f"xpyd plan: error: {spec_error_words(err)}", file=sys.stderr)
         return 2
@@ -562,12 +723,18 @@ def run(args: argparse.Namespace) -> int:
         emit(json.dumps(row, indent=2) if args.json else render_table(plan, inputs))
         status = 0 if row["feasible"] else 1
     else:
-        name, values = sweep
         if args.json:
-            points = [_scenario_json(plan, i, inputs.link_name) for i in range(values.size)]
-            emit(json.dumps({"sweep": name, "values": values.tolist(), "plans": points}, indent=2))
+            points = [
+                {"invalid_input": sweep.invalid[i], "feasible": False}
+                if i in sweep.invalid
+                else {**_scenario_json(plan, sweep.plan_index[i], inputs.link_name), "invalid_input": None}
+                for i in range(sweep.values.size)
+            ]
+            emit(
+                json.dumps({"sweep": sweep.name, "values": sweep.values.tolist(), "plans": points}, indent=2)
+            )
         else:
-            emit(render_sweep(plan, inputs, name.replace("_", "-"), values))
+            emit(render_sweep(sweep, inputs))
         status = 0
     if args.plot:
         plot(args.plot, args, inputs, sweep)
