@@ -23,6 +23,7 @@ from kubernetes import client, config
 
 from e2e.fleet import FleetRunner, file_sd_scrape_config, running_fleet
 from e2e.harness import LocalCluster, PrometheusServer, start_prometheus
+from e2e.harness.procs import free_port
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_api.names import GROUP, PLURAL, VERSION
 from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
@@ -153,7 +154,9 @@ class Demo:
 
 def _controller_args(namespace: str, settings: DemoSettings) -> list[str]:
     window = f"{settings.rate_window_s:g}"
-    return ["--namespace", namespace, "--no-leader-elect", "--tick", "1", "--rate-window", window]
+    # A free loopback port for the controller's /metrics: the default 9400 may be taken (another stack).
+    metrics = ["--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1"]
+    return ["--namespace", namespace, "--no-leader-elect", "--tick", "1", "--rate-window", window, *metrics]
 
 
 @contextlib.contextmanager
