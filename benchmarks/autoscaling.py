@@ -115,14 +115,24 @@ def benchmark_policy_names() -> tuple[str, ...]:
 
 def run_one(job: tuple[str, Scenario, str, int, float]) -> Outcome:
     key, scenario, policy_name, seed, hours = job
-    trace = build_trace(scenario, seed, hours)
-    policy = benchmark_policy(policy_name, scenario.config, trace, scenario.limits)
+
+    def run() -> dict[str, float]:
+        trace = build_trace(scenario, seed, hours)
+        policy = benchmark_policy(policy_name, scenario.config, trace, scenario.limits)
+        result: SimResult = simulate(scenario.config, trace, policy, limits=scenario.limits)
+        metrics = {name: float(getattr(result, name)) for name, _, _ in METRICS}
+        metrics["tpot_p99"] *= 1e3
+        if scenario.step_at_s is not None:
+            metrics["recovery_s"] = recovery_time_s(result, scenario.step_at_s)
+        return metrics
+
     started = time.perf_counter()
-    result: SimResult = simulate(scenario.config, trace, policy, limits=scenario.limits)
-    metrics = {name: float(getattr(result, name)) for name, _, _ in METRICS}
-    metrics["tpot_p99"] *= 1e3
-    if scenario.step_at_s is not None:
-        metrics["recovery_s"] = recovery_time_s(result, scenario.step_at_s)
+    if policy_name in real_dynamo.NAMES:
+        metrics = real_dynamo.cached_metrics(
+            f"autoscaling {key} {scenario!r} {policy_name} {seed} {hours}", run
+        )
+    else:
+        metrics = run()
     return Outcome(key, policy_name, seed, metrics, time.perf_counter() - started)
 
 
@@ -209,7 +219,9 @@ def markdown(
         SECTION,
         "",
         f"Command: `.venv/bin/python benchmarks/autoscaling.py {' '.join(sys.argv[1:])}` on {platform.machine()} / "
-        f"Python {platform.python_version()}, {args.seeds} seeds per cell (mean ± 95 % CI), {wall / 60:.0f} min wall.",
+        f"Python {platform.python_version()}, {args.seeds} seeds per cell (mean ± 95 % CI), {wall / 60:.0f} min wall"
+        + "".join(f"; {policy}: {n} seeds" for policy, n in seeds_per_policy(args).items())
+        + ".",
         f"Policies run: {', '.join(policies)}."
         + (
             f" Missing (not registered or not installed: `hack/dynamo-bench`): {', '.join(missing)}."
@@ -234,26 +246,59 @@ def markdown(
     return "\n".join(lines)
 
 
+def seeds_per_policy(
+    args: argparse.Namespace, parser: argparse.ArgumentParser | None = None
+) -> dict[str, int]:
+    """`--seeds-for NAME=N`: fewer seeds for an expensive policy (Dynamo's ARIMA refits every interval)."""
+    seeds = {}
+    for item in args.seeds_for or ():
+        name, _, count = item.partition("=")
+        if not count.isdigit() or not 1 <= int(count) <= args.seeds:
+            message = f"--seeds-for {item}: must be POLICY=N with 1 <= N <= --seeds ({args.seeds})"
+            if parser is None:
+                raise ValueError(message)
+            parser.error(message)
+        seeds[name] = int(count)
+    return seeds
+
+
+def add_seed_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds-for", nargs="*", metavar="POLICY=N", help="fewer seeds for these policies")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seeds", type=int, default=5)
+    add_seed_arguments(parser)
     parser.add_argument("--hours", type=float, default=24.0, help="length of the two days (compressed)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--only", nargs="*", help="scenario keys to run (seed, drift, step, diurnal)")
+    parser.add_argument(
+        "--policies", nargs="*", help="run only these policies (default: every one available)"
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     available = benchmark_policy_names()
     policies = [p for p in EXPECTED_POLICIES if p in available] + [
         p for p in available if p not in EXPECTED_POLICIES
     ]
+    if args.policies:
+        unknown = sorted(set(args.policies) - set(available))
+        if unknown:
+            parser.error(
+                f"--policies {' '.join(unknown)}: not available here; available: {', '.join(available)}"
+            )
+        policies = [p for p in policies if p in args.policies]
     table = {k: v for k, v in scenarios().items() if not args.only or k in args.only}
+    seeds = seeds_per_policy(args, parser)
     jobs = [
         (key, sc, policy, seed, args.hours)
         for key, sc in table.items()
         for seed in range(1, args.seeds + 1)
         for policy in policies
+        if seed <= seeds.get(policy, args.seeds)
     ]
     started = time.perf_counter()
     outcomes = run_all(run_one, jobs, args.jobs)

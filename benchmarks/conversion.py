@@ -21,7 +21,16 @@ import sys
 import time
 
 import real_dynamo
-from autoscaling import METRICS, SECTION, Outcome, benchmark_policy, results_table, run_all
+from autoscaling import (
+    METRICS,
+    SECTION,
+    Outcome,
+    add_seed_arguments,
+    benchmark_policy,
+    results_table,
+    run_all,
+    seeds_per_policy,
+)
 from bench_docs import publish
 from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.results import summarise as summarise_run
@@ -57,14 +66,22 @@ def run_variant(job: tuple[str, int, float]) -> Outcome:
     scenario = mix_swing(hours)
     control = dataclasses.replace(scenario.config.control, role_conversion=may_convert)
     config = dataclasses.replace(scenario.config, control=control)
-    trace = scenario.traffic.build(seed)
-    policy = benchmark_policy(policy_name, config, trace, scenario.limits)
+
+    def run() -> dict[str, float]:
+        trace = scenario.traffic.build(seed)
+        policy = benchmark_policy(policy_name, config, trace, scenario.limits)
+        raw = run_events(config, trace, policy, scenario.limits)
+        result = summarise_run(trace, raw, config.slo)
+        metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-1]}
+        starting = sum(s.prefill_starting + s.decode_starting for s in raw.samples)
+        metrics["warming_hours"] = starting * control.scrape_interval_s / 3600
+        return metrics
+
     started = time.perf_counter()
-    raw = run_events(config, trace, policy, scenario.limits)
-    result = summarise_run(trace, raw, config.slo)
-    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-1]}
-    starting = sum(s.prefill_starting + s.decode_starting for s in raw.samples)
-    metrics["warming_hours"] = starting * control.scrape_interval_s / 3600
+    if policy_name in real_dynamo.NAMES:
+        metrics = real_dynamo.cached_metrics(f"conversion {scenario!r} {config!r} {policy_name} {seed}", run)
+    else:
+        metrics = run()
     return Outcome(SCENARIO, label, seed, metrics, time.perf_counter() - started)
 
 
@@ -75,7 +92,9 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> 
         "",
         f"Command: `.venv/bin/python benchmarks/conversion.py {' '.join(sys.argv[1:])}` on "
         f"{platform.machine()} / Python {platform.python_version()}, {args.seeds} seeds per row "
-        f"(mean ± 95 % CI), {wall:.0f} s wall.",
+        f"(mean ± 95 % CI), {wall:.0f} s wall"
+        + "".join(f"; {label}: {n} seeds" for label, n in seeds_per_policy(args).items())
+        + ".",
         "",
         f"**{scenario.name}**: {scenario.description}; start 2P:3D, limits 1–16 per pool.",
         "",
@@ -91,12 +110,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seeds", type=int, default=5)
+    add_seed_arguments(parser)
     parser.add_argument("--hours", type=float, default=4.0)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    jobs = [(label, seed, args.hours) for seed in range(1, args.seeds + 1) for label in runnable_variants()]
+    seeds = seeds_per_policy(args, parser)
+    jobs = [
+        (label, seed, args.hours)
+        for seed in range(1, args.seeds + 1)
+        for label in runnable_variants()
+        if seed <= seeds.get(label, args.seeds)
+    ]
     started = time.perf_counter()
     outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
