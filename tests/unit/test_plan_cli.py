@@ -275,3 +275,14 @@ def test_console_entry_point_end_to_end() -> None:
     )
     assert done.returncode == 2
     assert "--hit-rate -0.5" in done.stderr
+
+
+def test_plan_says_where_its_efficiencies_come_from(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("--model", "llama-3.1-8b", "--rate", "4", "--isl", "2000", "--osl", "200")
+    _, default, _ = run_plan(capsys, *base, "--gpu", "h100-sxm")
+    line = next(x for x in default.splitlines() if x.startswith("sources"))
+    assert "uncalibrated defaults" in line and "--mfu 0.48 --mbu 0.54" in line and "splitwise-sim" in line
+    _, given, _ = run_plan(capsys, *base, "--gpu", "h100-sxm", "--mfu", "0.48", "--mbu", "0.54")
+    assert "MFU/MBU as given" in given
+    _, unmeasured, _ = run_plan(capsys, *base, "--gpu", "b200")
+    assert "no measured profile for b200" in unmeasured

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from xpyd_controller.model.explain import explain, format_bytes, format_seconds, value_at
-from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.presets import GPU_CALIBRATION, GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.roofline import FloatArray, Numeric
 from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
@@ -366,7 +366,24 @@ def _header(inputs: PlanInputs) -> list[str]:
         f"hardware  {inputs.gpu_name}: {gpu.peak_flops / 1e12:.4g} TFLOP/s × MFU {gpu.mfu:g}, "
         f"{format_bytes(gpu.hbm_bandwidth)}/s × MBU {gpu.mbu:g}, {format_bytes(gpu.hbm_bytes)} HBM; "
         f"KV link {inputs.link_name}: {format_bytes(link.bandwidth)}/s + {format_seconds(link.overhead)}",
+        f"sources   {efficiency_source(inputs.gpu_name, gpu)}",
     ]
+
+
+def efficiency_source(gpu_name: str, gpu: GpuSpec) -> str:
+    """Where the MFU and MBU in use come from, and what the measured profiles say for this GPU."""
+    preset = gpu_name.removesuffix(" (modified)")
+    base = GPU_PRESETS.get(preset)
+    given = base is None or (gpu.mfu, gpu.mbu) != (base.mfu, base.mbu)
+    used = "MFU/MBU as given" if given else "MFU/MBU: the uncalibrated defaults"
+    fit = GPU_CALIBRATION.get(preset)
+    if fit is None:
+        return f"{used}; no measured profile for {preset} (peaks: NVIDIA datasheet)"
+    return (
+        f"{used}; measured profiles fit MFU {fit.mfu:g}, MBU {fit.mbu:g}, step overhead "
+        f"{format_seconds(fit.step_overhead_s)} ({fit.source}; median error prefill {fit.prefill_error:.0%}, "
+        f"decode {fit.decode_error:.0%}): pass --mfu {fit.mfu:g} --mbu {fit.mbu:g} to plan with them"
+    )
 
 
 def render_table(plan: Plan, inputs: PlanInputs) -> str:

@@ -13,6 +13,8 @@ Sources:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 MODEL_PRESETS: dict[str, ModelSpec] = {
@@ -57,4 +59,28 @@ LINK_PRESETS: dict[str, LinkSpec] = {
     "nvlink4": LinkSpec(bandwidth=900e9),  # NVLink 4 within an H100 node
     "ib-400g": LinkSpec(bandwidth=50e9),  # 400 Gb/s InfiniBand / RoCE, one NIC per GPU
     "pcie5": LinkSpec(bandwidth=64e9),  # PCIe 5.0 x16, host to host
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Efficiencies fitted to a public measured profile (`benchmarks/calibrate_presets.py`)."""
+
+    mfu: float
+    mbu: float
+    step_overhead_s: float
+    source: str
+    prefill_error: float  # median relative error of the fitted roofline's prefill times
+    decode_error: float  # median relative error of its decode step times
+
+
+# Fitted at each source's smallest tensor-parallel size; see docs/capacity-model.md, "Calibration".
+# Not the presets' defaults yet (MFU 0.4, MBU 1 above): every benchmark and scenario was measured with
+# those, and switching is a separate, re-measured change.
+GPU_CALIBRATION: dict[str, Calibration] = {
+    "a100-80g": Calibration(
+        0.63, 0.60, 0.0, "DistServe A100 profile + splitwise-sim Llama-2-70B TP2", 0.078, 0.047
+    ),
+    "h100-sxm": Calibration(0.48, 0.54, 0.0, "splitwise-sim Llama-2-70B TP2", 0.068, 0.026),
+    "h200": Calibration(0.49, 0.78, 0.0022, "Dynamo's H200 profile, Llama-3.1-8B FP8 TP1", 0.080, 0.041),
 }
