@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from e2e.harness.procs import free_port, kill_pid, wait_until
 from e2e.harness.testbin import testbin_dir
 
@@ -94,3 +96,86 @@ def start_prometheus(config: dict[str, Any], startup_timeout: float = 60) -> Ite
         kill_pid(process.pid)
         process.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "xpyd"
+_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "replacement": "replacement"}
+_RELABEL_KEYS |= {"regex": "regex", "action": "action", "separator": "separator", "modulus": "modulus"}
+
+
+def chart_pod_monitor() -> dict[str, Any]:
+    """The chart's PodMonitor for engine pods, as `helm template` renders it (monitoring enabled)."""
+    result = subprocess.run(
+        [
+            str(testbin_dir() / "helm"),
+            "template",
+            "xpyd",
+            str(CHART_DIR),
+            "--api-versions",
+            "monitoring.coreos.com/v1/PodMonitor",
+            "--set",
+            "monitoring.podMonitor.enabled=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"helm template failed: {result.stderr[-2000:]}")
+    monitors = [d for d in yaml.safe_load_all(result.stdout) if d and d.get("kind") == "PodMonitor"]
+    if len(monitors) != 1:
+        raise RuntimeError(f"the chart rendered {len(monitors)} PodMonitors, expected 1")
+    return dict(monitors[0])
+
+
+def pod_monitor_scrape_config(
+    pod_monitor: dict[str, Any], sd_file: Path, interval: str = "2s"
+) -> dict[str, Any]:
+    """prometheus.yml scraping pods the way prometheus-operator turns `pod_monitor` into a scrape job:
+    keep pods matching its selector and container port, label `namespace`/`pod`/`container`, then the
+    monitor's own relabelings.
+
+    The pods come from `sd_file`, which `PodRunner` keeps in Kubernetes service discovery's shape (one
+    target per container port, with the same `__meta_kubernetes_*` labels), because the Debian Prometheus
+    build the tests use has no `kubernetes_sd_configs`; the relabelling is the one a cluster would run.
+    """
+    spec = pod_monitor["spec"]
+    (endpoint,) = spec["podMetricsEndpoints"]
+    keep = [
+        {
+            "source_labels": [f"__meta_kubernetes_pod_label_{label_name(key)}"],
+            "regex": value,
+            "action": "keep",
+        }
+        for key, value in spec["selector"]["matchLabels"].items()
+    ]
+    keep.append(
+        {
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": endpoint["port"],
+            "action": "keep",
+        }
+    )
+    standard = [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+    ]
+    own = [{_RELABEL_KEYS[k]: v for k, v in rule.items()} for rule in endpoint.get("relabelings") or []]
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [
+            {
+                "job_name": f"podMonitor/{pod_monitor['metadata']['name']}",
+                "metrics_path": endpoint.get("path", "/metrics"),
+                "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}],
+                "relabel_configs": [*keep, *standard, *own],
+            }
+        ],
+    }
+
+
+def label_name(key: str) -> str:
+    """A Kubernetes label key as Prometheus' discovery meta label spells it."""
+    return "".join(c if c.isalnum() else "_" for c in key)

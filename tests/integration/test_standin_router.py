@@ -73,7 +73,8 @@ def test_the_router_runs_prefill_then_decode_and_the_decode_pulls_the_prefills_b
     chunks = [line.removeprefix(b"data: ") for line in stream.split(b"\n\n") if line.startswith(b"data: ")]
     assert chunks[-1] == b"[DONE]"
     texts = [json.loads(chunk)["choices"][0]["text"] for chunk in chunks[:-1]]
-    assert texts == [" tok" * 4, " tok" * 4, " tok"]  # --stream-interval 4
+    # The first token at once, then at every 4th token (--stream-interval 4), then the end.
+    assert texts == [" tok", " tok" * 3, " tok" * 4, " tok"]
 
     on_prefill = prefill.get_json("/xpyd/requests")
     on_decode = decode.get_json("/xpyd/requests")

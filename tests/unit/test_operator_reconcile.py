@@ -230,3 +230,15 @@ def test_an_engine_image_without_a_rendered_flag_is_degraded_with_one_event() ->
     assert "switchMethod HTTP" in degraded["message"]
     assert [r for r, _ in kube.events].count("EngineFlagUnsupported") == 1
     assert sorted(kube.pods) == ["p-0", "p-1"]  # reported, not replaced over and over
+
+
+def test_a_router_that_ignores_labels_is_warned_about_once_per_generation() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    sglang = {"type": "sglang-router", "image": "s:1"}
+    reconciler.reconcile(body(router=sglang))
+    reconciler.reconcile(body(router=sglang))
+    warned = [m for r, m in kube.events if r == "RouterIgnoresLabels"]
+    assert len(warned) == 1 and "sglang-router 0.3.2 (measured)" in warned[0]
+    reconciler.reconcile(body(generation=2, router=sglang))
+    assert len([r for r, _ in kube.events if r == "RouterIgnoresLabels"]) == 2

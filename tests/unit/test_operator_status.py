@@ -128,3 +128,16 @@ def test_rejected_flags_are_read_from_the_termination_message() -> None:
     status = {"containerStatuses": [{"state": {"terminated": {"message": message}}}]}
     assert rejected_flags(status) == ("--new-flag", "--other")
     assert rejected_flags({"containerStatuses": [{"state": {"running": {}}}]}) == ()
+
+
+def test_a_router_measured_to_ignore_labels_degrades_a_converting_deployment() -> None:
+    status = status_of(READY_PAIR, router={"type": "sglang-router", "image": "s:1"})
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "RouterIgnoresLabels")
+    assert "spec.router.type=sglang-router with spec.conversion.enabled" in degraded["message"]
+    assert "sglang-router 0.3.2" in degraded["message"]
+    without = status_of(
+        READY_PAIR, router={"type": "sglang-router", "image": "s:1"}, conversion={"enabled": False}
+    )
+    assert conditions(without)["Degraded"] == ("False", "Healthy")
+    assert conditions(status_of(READY_PAIR))["Degraded"] == ("False", "Healthy")  # vllm-router follows labels

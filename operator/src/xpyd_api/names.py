@@ -76,3 +76,4 @@ class Reason(StrEnum):
     CONVERTED = "Converted"
     CONVERSION_STEP = "ConversionStep"
     SWITCH_FAILED = "SwitchFailed"
+    ROUTER_IGNORES_LABELS = "RouterIgnoresLabels"

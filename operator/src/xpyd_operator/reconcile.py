@@ -37,7 +37,7 @@ from xpyd_operator.plan.actions import (
 )
 from xpyd_operator.plan.instances import Instance, Step, TransitionKind, parse_instance
 from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
-from xpyd_operator.status import StatusInput, blocked_conditions, compute_status
+from xpyd_operator.status import StatusInput, blocked_conditions, compute_status, router_label_problem
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,8 @@ class Reconciler:
     def _apply_owned(self, pdd: PDDeployment) -> None:
         if self._applied.get(pdd.uid) == pdd.generation:
             return
+        if problem := router_label_problem(pdd.spec):  # once per generation, like the apply itself
+            self._event(pdd, Reason.ROUTER_IGNORES_LABELS, problem, warning=True)
         for role in Role:
             self.kube.apply(render.role_service(pdd, role))
         deployment = render.router_deployment(pdd)

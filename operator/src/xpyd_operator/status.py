@@ -53,6 +53,24 @@ class StatusInput:
     now: float
 
 
+# Routers measured not to act on relabels (tests/integration/test_router_events.py, docs/operator.md):
+# an instance relabelled serving=false keeps getting requests, so a drain cannot finish and a role switch
+# leaves the instance in its old pool.
+ROUTERS_IGNORING_LABELS = {RouterType.SGLANG_ROUTER: "sglang-router 0.3.2"}
+
+
+def router_label_problem(spec: PDDeploymentSpec) -> str | None:
+    """Why conversions cannot work with this router configuration, or None."""
+    measured = ROUTERS_IGNORING_LABELS.get(spec.router.type)
+    if measured is None or not spec.conversion.enabled:
+        return None
+    return (
+        f"spec.router.type={spec.router.type} with spec.conversion.enabled: {measured} (measured) keeps "
+        "an instance relabelled xpyd.dev/serving=false or to another role in its old pool, so drains "
+        "time out and converted instances get the wrong requests; use vllm-router, or disable conversion"
+    )
+
+
 def _timestamp(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -156,6 +174,8 @@ def compute_status(inp: StatusInput) -> dict[str, Any]:
             Reason.PODS_FAILED,
             "failed pods replaced: " + ", ".join(failed),
         )
+    elif problem := router_label_problem(inp.spec):
+        degraded = condition(ConditionType.DEGRADED, True, Reason.ROUTER_IGNORES_LABELS, problem)
     else:
         degraded = condition(ConditionType.DEGRADED, False, Reason.HEALTHY, "no failed instances")
 

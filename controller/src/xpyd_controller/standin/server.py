@@ -143,10 +143,13 @@ class StandinEngine:
             self._deliver(self.instance.advance(self.clock()))
 
     def _deliver(self, progress: list[Progress]) -> None:
+        """Hand progress to the waiting requests: the first token, every stream interval, the end."""
+        interval = self.stream_interval
         for item in progress:
-            waiter = self._waiters.get(item.job.id)
-            if waiter is not None:
-                waiter.put_nowait(item)
+            if item.finished or item.generated == 1 or item.generated % interval == 0:
+                waiter = self._waiters.get(item.job.id)
+                if waiter is not None:
+                    waiter.put_nowait(item)
 
     def _submit(self, job: Job) -> asyncio.Queue[Progress]:
         waiter: asyncio.Queue[Progress] = asyncio.Queue()
@@ -276,7 +279,7 @@ class StandinEngine:
         while not finished:
             item = await waiter.get()
             finished = item.finished
-            if item.generated - sent >= self.stream_interval or finished:
+            if item.generated > sent or finished:  # _deliver passes on every stream interval
                 chunk = self._completion(job, item.generated - sent, final=finished, stream=True)
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 sent = item.generated
