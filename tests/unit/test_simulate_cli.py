@@ -184,3 +184,9 @@ def test_help_lists_every_policy() -> None:
     from xpyd_controller.sim.policies import policy_names
 
     assert policy_names() == POLICY_NAMES
+
+
+def test_plot_marks_where_each_pool_grew_and_shrank() -> None:
+    from xpyd_controller.cli_simulate import _step_markers
+
+    assert _step_markers([0.0, 1.0, 2.0, 3.0], [2, 3, 3, 1]) == ([1.0], [3], [3.0], [1])

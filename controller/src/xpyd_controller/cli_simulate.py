@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from xpyd_controller.model.specs import SpecError
 from xpyd_controller.policy.context import PolicyConfigError
-from xpyd_controller.sim.config import Fleet, Mode, SimConfigError
+from xpyd_controller.sim.config import Fleet, GoodputSlo, Mode, SimConfigError
 from xpyd_controller.sim.results import SimResult, recovery_time_s
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import Scenario, builtin_scenarios, load_scenario
@@ -217,7 +217,13 @@ def run(args: argparse.Namespace) -> int:
         Console().print(summary_table(summary, result))
     if args.plot:
         try:
-            plot_run(result, args.plot, title=f"{scenario.name} · {summary['policy'] or summary['split']}")
+            plot_run(
+                result,
+                args.plot,
+                title=f"{scenario.name} · {summary['policy'] or summary['split']}",
+                slo=config.slo,
+                gpus_per_instance=config.hardware.gpus_per_instance,
+            )
         except OSError as error:  # checked up front; the file system can still change during the run
             err.print(f"xpyd simulate: --plot {args.plot!r}: {error.strerror or error}", markup=False)
             return 2
@@ -280,8 +286,23 @@ def summary_table(summary: dict[str, Any], result: SimResult) -> Table:
     return table
 
 
-def plot_run(result: SimResult, path: str, title: str) -> None:
-    """Three panels over time: arrival rate and mix, prefill/decode instances, TTFT/TPOT percentiles."""
+def _step_markers(
+    hours: list[float], counts: list[int]
+) -> tuple[list[float], list[int], list[float], list[int]]:
+    """(times, sizes) where a pool grew and where it shrank, from one series of ready counts."""
+    ups: tuple[list[float], list[int]] = ([], [])
+    downs: tuple[list[float], list[int]] = ([], [])
+    for i in range(1, len(counts)):
+        if counts[i] != counts[i - 1]:
+            target = ups if counts[i] > counts[i - 1] else downs
+            target[0].append(hours[i])
+            target[1].append(counts[i])
+    return ups[0], ups[1], downs[0], downs[1]
+
+
+def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per_instance: int) -> None:
+    """Four panels over time: traffic and mix; instances (scale and conversion marks) and GPUs;
+    TTFT and TPOT percentiles against their SLO lines; per-window goodput. Legends sit outside the data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,32 +310,98 @@ def plot_run(result: SimResult, path: str, title: str) -> None:
 
     series = result.series
     hours = [p.start_s / 3600.0 for p in series]
-    figure, (traffic, fleet, latency) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    figure, (traffic, fleet, latency, good) = plt.subplots(
+        4, 1, figsize=(11, 11), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2, 1.2]}
+    )
+    outside = {"loc": "upper left", "bbox_to_anchor": (1.08, 1.0), "fontsize": 8, "frameon": False}
+
     traffic.plot(hours, [p.arrival_rate for p in series], label="arrivals (req/s)", color="black")
     traffic.set_ylabel("requests/s")
+    traffic.set_ylim(bottom=0)
     mix = traffic.twinx()
-    mix.plot(hours, [p.mean_input_tokens / p.mean_output_tokens for p in series], label="input:output tokens")
-    mix.set_ylabel("mean input / mean output")
-    traffic.legend(loc="upper left")
-    mix.legend(loc="upper right")
-    fleet.step(hours, [p.prefill_ready for p in series], where="post", label="prefill ready (x)")
-    fleet.step(hours, [p.decode_ready for p in series], where="post", label="decode ready (y)")
-    fleet.step(hours, [p.gpus for p in series], where="post", label="GPUs paid for", linestyle=":")
+    mix.plot(
+        hours,
+        [p.mean_input_tokens / max(p.mean_output_tokens, 1e-9) for p in series],
+        label="mean input / mean output tokens",
+        color="tab:green",
+    )
+    mix.set_ylabel("input : output")
+    mix.set_ylim(bottom=0)
+    traffic.legend(handles=[*traffic.get_lines(), *mix.get_lines()], **outside)
+
+    prefill = [p.prefill_ready for p in series]
+    decode = [p.decode_ready for p in series]
+    fleet.step(hours, prefill, where="post", label="prefill ready (x)", color="tab:blue")
+    fleet.step(hours, decode, where="post", label="decode ready (y)", color="tab:orange")
+    for counts, colour in ((prefill, "tab:blue"), (decode, "tab:orange")):
+        up_t, up_n, down_t, down_n = _step_markers(hours, counts)
+        fleet.scatter(up_t, up_n, marker="^", color=colour, s=18, zorder=5)
+        fleet.scatter(down_t, down_n, marker="v", color=colour, s=18, zorder=5)
+    fleet.scatter([], [], marker="^", color="grey", s=18, label="pool grew")
+    fleet.scatter([], [], marker="v", color="grey", s=18, label="pool shrank")
+    conversions = [
+        hours[i]
+        for i in range(1, len(series))
+        if (prefill[i] - prefill[i - 1]) * (decode[i] - decode[i - 1]) < 0
+    ]
+    for i, when in enumerate(conversions):
+        fleet.axvline(
+            when, color="tab:purple", alpha=0.35, linewidth=1, label="conversion" if i == 0 else None
+        )
     fleet.set_ylabel("instances")
-    fleet.legend(loc="upper left")
-    for name, label in (("ttft_p50_s", "TTFT p50"), ("ttft_p99_s", "TTFT p99")):
-        latency.plot(hours, [getattr(p, name) for p in series], label=label)
-    latency.set_ylabel("TTFT (s)")
+    fleet.set_ylim(bottom=0)
+    gpus = fleet.twinx()
+    gpus.step(
+        hours,
+        [p.instances_paid * gpus_per_instance for p in series],
+        where="post",
+        label="GPUs paid for",
+        color="0.35",
+        linestyle=":",
+    )
+    gpus.set_ylabel("GPUs")
+    gpus.set_ylim(bottom=0)
+    handles = fleet.get_legend_handles_labels()[0] + gpus.get_legend_handles_labels()[0]
+    fleet.legend(handles=handles, **outside)
+
+    for name, label, style in (("ttft_p50_s", "TTFT p50", "-"), ("ttft_p99_s", "TTFT p99", "-")):
+        latency.plot(hours, [getattr(p, name) for p in series], label=label, linestyle=style)
+    latency.axhline(slo.ttft_s, color="tab:red", linewidth=1, label=f"TTFT SLO {slo.ttft_s:g} s")
+    latency.set_ylabel("TTFT (s, log)")
     latency.set_yscale("log")
     per_token = latency.twinx()
+    tpot_p99 = [p.tpot_p99_s * 1e3 for p in series]
     for name, label in (("tpot_p50_s", "TPOT p50"), ("tpot_p99_s", "TPOT p99")):
         per_token.plot(hours, [getattr(p, name) * 1e3 for p in series], label=label, linestyle="--")
+    tpot_bound = slo.tpot_s if slo.tpot_s is not None else slo.max_token_gap_s
+    finite = [v for v in tpot_p99 if math.isfinite(v)]
+    top = max([*finite, 0.0]) * 1.25
+    if tpot_bound is not None:
+        per_token.axhline(
+            tpot_bound * 1e3,
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label=f"TPOT SLO {tpot_bound * 1e3:g} ms",
+        )
+        top = max(top, tpot_bound * 1e3 * 1.25)
+    per_token.set_ylim(0, top or 1.0)  # from zero: rounding noise in a flat TPOT stays flat
     per_token.set_ylabel("TPOT (ms)")
-    per_token.ticklabel_format(axis="y", useOffset=False)
-    latency.legend(loc="upper left")
-    per_token.legend(loc="upper right")
-    latency.set_xlabel("hours")
-    figure.suptitle(title)
-    figure.tight_layout()
+    handles = latency.get_legend_handles_labels()[0] + per_token.get_legend_handles_labels()[0]
+    latency.legend(handles=handles, **outside)
+
+    good.plot(hours, [p.goodput * 100 for p in series], color="black", label="goodput per window")
+    good.axhline(99, color="tab:red", linewidth=1, linestyle=":", label="99 %")
+    good.set_ylim(0, 102)
+    good.set_ylabel("goodput (%)")
+    good.set_xlabel("hours")
+    good.legend(**outside)
+    for axis in (traffic, fleet, latency, good):
+        axis.grid(alpha=0.3)
+    figure.suptitle(
+        f"{title} — goodput {result.goodput:.1%}, {result.gpu_hours:,.1f} GPU-hours, "
+        f"{result.scale_ups} scale-ups, {result.conversions} conversions"
+    )
+    figure.tight_layout(rect=(0, 0, 0.82, 0.97))
     figure.savefig(path, dpi=100)
     plt.close(figure)

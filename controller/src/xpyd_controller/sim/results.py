@@ -26,7 +26,7 @@ class SeriesPoint:
     mean_output_tokens: float
     prefill_ready: int
     decode_ready: int
-    gpus: int
+    instances_paid: int  # ready, starting and draining instances (× GPUs per instance = GPUs paid for)
     ttft_p50_s: float
     ttft_p99_s: float
     tpot_p50_s: float
@@ -182,7 +182,7 @@ def _series(
                 mean_output_tokens=float(requests.output_tokens[lo:hi].mean()) if count else math.nan,
                 prefill_ready=prefill,
                 decode_ready=decode,
-                gpus=busy,
+                instances_paid=busy,
                 ttft_p50_s=seed_percentile(ttft[lo:hi], 0.5),
                 ttft_p99_s=seed_percentile(ttft[lo:hi], 0.99),
                 tpot_p50_s=seed_percentile(tpot[lo:hi], 0.5),
