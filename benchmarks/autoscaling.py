@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+import bench_cache
 import real_dynamo
 from bench_docs import publish
 from xpyd_controller.policy.types import Limits, Policy
@@ -48,6 +49,7 @@ EXPECTED_POLICIES = (
 )
 SECTION = "## Autoscaling policies (`benchmarks/autoscaling.py`)"
 MODEL_VS_SIM = "### Capacity model vs simulator"
+HEADLINE = "### Headline: xpyd vs real Dynamo (constant, ARIMA) vs threshold vs oracles"
 METRICS = (
     ("goodput", "goodput", "{:.2%}"),
     ("gpu_hours", "GPU-h", "{:.1f}"),
@@ -128,7 +130,7 @@ def run_one(job: tuple[str, Scenario, str, int, float]) -> Outcome:
 
     started = time.perf_counter()
     if policy_name in real_dynamo.NAMES:
-        metrics = real_dynamo.cached_metrics(
+        metrics = bench_cache.cached_metrics(
             f"autoscaling {key} {scenario!r} {policy_name} {seed} {hours}", run
         )
     else:
@@ -195,15 +197,45 @@ def quality_verdict(outcomes: list[Outcome]) -> list[str]:
             ratio = mean("xpyd", "gpu_hours") / mean(reference, "gpu_hours")
             verdict = "met" if ratio <= bound else "NOT met"
             lines.append(f"- GPU-hours ≤ {bound}× {reference}: {ratio:.3f}× → {verdict}")
-    if "dynamo" in have:
-        ours, theirs = (
-            mean("xpyd", "good_requests_per_gpu_hour"),
-            mean("dynamo", "good_requests_per_gpu_hour"),
-        )
-        verdict = "met" if ours > theirs else "NOT met"
-        lines.append(
-            f"- beats the Dynamo-style planner on good requests/GPU-hour: {ours:,.0f} vs {theirs:,.0f} → {verdict}"
-        )
+    for rival in ("dynamo", *real_dynamo.NAMES):
+        if rival in have:
+            ours, theirs = (
+                mean("xpyd", "good_requests_per_gpu_hour"),
+                mean(rival, "good_requests_per_gpu_hour"),
+            )
+            verdict = "met" if ours > theirs else "NOT met"
+            lines.append(
+                f"- beats {rival} on good requests/GPU-hour: {ours:,.0f} vs {theirs:,.0f} → {verdict}"
+            )
+    return lines
+
+
+HEADLINE_ROWS = {
+    "xpyd": "xpyd",
+    "dynamo-1.6.1-constant": "real Dynamo 1.6.1, constant predictor",
+    "dynamo-1.6.1-arima": "real Dynamo 1.6.1, ARIMA (its default)",
+    "dynamo": "Dynamo re-implementation (policy/dynamo.py)",
+    "threshold": "threshold (HPA/KEDA-style)",
+    "static": "static (the start split)",
+    "oracle-static": "oracle-static (best fixed split, hindsight)",
+    "oracle-window": "oracle-window (per-window sizing, hindsight)",
+}
+
+
+def headline(outcomes: list[Outcome], table: dict[str, Scenario], policies: list[str]) -> list[str]:
+    """One row per policy, one `goodput · GPU-h` cell per scenario: the table a reader looks at first."""
+    keys = list(table)
+    lines = [
+        "| policy | " + " | ".join(f"{k}: goodput · GPU-h" for k in keys) + " |",
+        "|---" * (len(keys) + 1) + "|",
+    ]
+    for policy in [p for p in HEADLINE_ROWS if p in policies]:
+        cells = []
+        for key in keys:
+            goodput, _ = summarise(outcomes, key, policy, "goodput")
+            gpu_hours, _ = summarise(outcomes, key, policy, "gpu_hours")
+            cells.append("—" if math.isnan(goodput) else f"{goodput:.1%} · {gpu_hours:.1f}")
+        lines.append(f"| {HEADLINE_ROWS[policy]} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -218,7 +250,7 @@ def markdown(
     lines = [
         SECTION,
         "",
-        f"Command: `.venv/bin/python benchmarks/autoscaling.py {' '.join(sys.argv[1:])}` on {platform.machine()} / "
+        f"Command: `{bench_cache.interpreter()} benchmarks/autoscaling.py {' '.join(sys.argv[1:])}` on {platform.machine()} / "
         f"Python {platform.python_version()}, {args.seeds} seeds per cell (mean ± 95 % CI), {wall / 60:.0f} min wall"
         + "".join(f"; {policy}: {n} seeds" for policy, n in seeds_per_policy(args).items())
         + ".",
@@ -243,6 +275,7 @@ def markdown(
         ]
         lines += [*results_table(outcomes, key, "policy", policies, metrics), ""]
     lines += ["Drift-day quality targets (issue 4):", "", *quality_verdict(outcomes), ""]
+    lines += [HEADLINE, "", *headline(outcomes, table, policies), ""]
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 
+import bench_cache
 import real_dynamo
 from autoscaling import (
     METRICS,
@@ -78,10 +79,9 @@ def run_variant(job: tuple[str, int, float]) -> Outcome:
         return metrics
 
     started = time.perf_counter()
-    if policy_name in real_dynamo.NAMES:
-        metrics = real_dynamo.cached_metrics(f"conversion {scenario!r} {config!r} {policy_name} {seed}", run)
-    else:
-        metrics = run()
+    metrics = bench_cache.cached_metrics(
+        f"conversion {scenario!r} {config!r} {label} {seed}", run, policy_name
+    )
     return Outcome(SCENARIO, label, seed, metrics, time.perf_counter() - started)
 
 
@@ -90,7 +90,7 @@ def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> 
     lines = [
         SUBSECTION,
         "",
-        f"Command: `.venv/bin/python benchmarks/conversion.py {' '.join(sys.argv[1:])}` on "
+        f"Command: `{bench_cache.interpreter()} benchmarks/conversion.py {' '.join(sys.argv[1:])}` on "
         f"{platform.machine()} / Python {platform.python_version()}, {args.seeds} seeds per row "
         f"(mean ± 95 % CI), {wall:.0f} s wall"
         + "".join(f"; {label}: {n} seeds" for label, n in seeds_per_policy(args).items())

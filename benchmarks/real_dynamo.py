@@ -18,13 +18,9 @@ minimum endpoints from the scenario's limits, the load predictor named in the po
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import math
-import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,18 +34,6 @@ PREDICTORS = ("constant", "arima")
 POLICY_PREFIX = f"dynamo-{DYNAMO_VERSION}-"
 NAMES = tuple(POLICY_PREFIX + p for p in PREDICTORS)
 STAND_IN = Path(__file__).resolve().parent / "peers"
-CONTROLLER = Path(__file__).resolve().parent.parent / "controller" / "src" / "xpyd_controller"
-# What a real-Dynamo run's outcome depends on besides Dynamo itself: the simulator, the traces and
-# scenarios, the roofline and presets, the policy contract, this adapter and the stand-in.
-OUTCOME_INPUTS = (
-    "sim",
-    "model/roofline.py",
-    "model/specs.py",
-    "model/presets.py",
-    "policy/types.py",
-    "policy/limits.py",
-)
-CACHE_ENV = "XPYD_BENCH_CACHE"
 
 
 def _load() -> None:
@@ -82,41 +66,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def inputs_digest() -> str:
-    """Digest of every source a real-Dynamo outcome depends on (a changed one invalidates the cache)."""
-    digest = hashlib.sha256(DYNAMO_VERSION.encode())
-    files = [Path(__file__), *sorted(STAND_IN.rglob("*.py"))]
-    for item in OUTCOME_INPUTS:
-        path = CONTROLLER / item
-        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
-    for path in files:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def cached_metrics(key: str, compute: Callable[[], dict[str, float]]) -> dict[str, float]:
-    """A real-Dynamo run's metrics, from `$XPYD_BENCH_CACHE` when the same inputs ran before.
-
-    Dynamo's ARIMA predictor costs ~1 s of CPU per planner interval, so its rows dominate a benchmark;
-    they do not depend on xpyd's policy or capacity model, which change far more often. Off unless
-    the variable names a directory (outside the repository).
-    """
-    root = os.environ.get(CACHE_ENV)
-    if not root:
-        return compute()
-    path = Path(root) / INPUTS_DIGEST / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
-    if path.exists():
-        return {k: float(v) for k, v in json.loads(path.read_text(encoding="utf-8"))["metrics"].items()}
-    metrics = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "metrics": metrics}), encoding="utf-8")
-    return metrics
-
-
-INPUTS_DIGEST = inputs_digest()  # of the sources as imported, not as they may be edited mid-run
 
 
 @dataclass
