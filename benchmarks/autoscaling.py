@@ -129,12 +129,8 @@ def run_one(job: tuple[str, Scenario, str, int, float]) -> Outcome:
         return metrics
 
     started = time.perf_counter()
-    if policy_name in real_dynamo.NAMES:
-        metrics = bench_cache.cached_metrics(
-            f"autoscaling {key} {scenario!r} {policy_name} {seed} {hours}", run
-        )
-    else:
-        metrics = run()
+    job_key = f"autoscaling {key} {scenario!r} {policy_name} {seed} {hours}"
+    metrics = bench_cache.cached_metrics(job_key, run, policy_name)
     return Outcome(key, policy_name, seed, metrics, time.perf_counter() - started)
 
 
