@@ -11,7 +11,9 @@ from xpyd_controller.metrics.promql import (
     ENGINE_METRICS,
     SGLANG,
     VLLM,
+    VLLM_ROUTER,
     LabelNames,
+    RouterMetrics,
     Scope,
     Signal,
     build_queries,
@@ -43,6 +45,10 @@ D_SEL = '{namespace="serving",pdd="llama",role="decode"}'
         ),
         (
             Signal.TTFT_P90,
+            f"((histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{P_SEL}[30s]))))"
+            " >= 0) + "
+            f"(histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{D_SEL}[30s]))))"
+            " or "
             f"histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{D_SEL}[30s])))",
         ),
         (
@@ -124,3 +130,30 @@ def test_sglang_length_histograms_are_read() -> None:
 )
 def test_every_engine_type_has_names(engine: EngineType, names: object) -> None:
     assert ENGINE_METRICS[engine] is names
+
+
+R_SEL = '{namespace="serving",pdd="llama",role=""}'
+
+
+def test_arrivals_come_from_the_router_first() -> None:
+    """The users' side: the router's request counter, then prefill's admissions if it is not scraped."""
+    assert build_queries(VLLM, SCOPE, VLLM_ROUTER)[Signal.ARRIVAL_RATE] == (
+        f"sum(rate(vllm_router_pd_requests_total{R_SEL}[30s]))"
+        f" or sum(rate(vllm:request_prompt_tokens_count{P_SEL}[30s]))"
+    )
+
+
+def test_ttft_from_a_router_that_exports_it_comes_first() -> None:
+    router = RouterMetrics(requests=(), ttft=("router:ttft_seconds",))
+    query = build_queries(VLLM, SCOPE, router)[Signal.TTFT_P90]
+    assert query.startswith(
+        f"histogram_quantile(0.9, sum by (le) (rate(router:ttft_seconds_bucket{R_SEL}[30s]))) or "
+    )
+    assert "vllm_router" not in build_queries(VLLM, SCOPE, VLLM_ROUTER)[Signal.TTFT_P90]  # 0.1.17 has none
+
+
+def test_sglang_ttft_is_decodes_own() -> None:
+    """SGLang's router sends both requests at once: decode's TTFT already spans prefill and transfer."""
+    assert build_queries(SGLANG, SCOPE)[Signal.TTFT_P90] == (
+        f"histogram_quantile(0.9, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{D_SEL}[30s])))"
+    )

@@ -23,6 +23,7 @@ from xpyd_controller.control.status import DecisionRecord, render_autoscaler, re
 from xpyd_controller.metrics.observation import build_observation, missing_signals
 from xpyd_controller.metrics.promql import (
     ENGINE_METRICS,
+    ROUTER_METRICS,
     LabelNames,
     Scope,
     Signal,
@@ -185,7 +186,8 @@ class Controller:
             return None
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
         source = self.metrics(spec.autoscaling.prometheus.url)
-        answers = source.query_all(build_queries(ENGINE_METRICS[spec.engine.type], scope))
+        router = ROUTER_METRICS.get(spec.router.type)
+        answers = source.query_all(build_queries(ENGINE_METRICS[spec.engine.type], scope, router))
         pods = self.cluster.list_instances(pdd.namespace, pdd.name)
         pools = pool_states(pods, {role: spec.pool(role).gpus_per_instance for role in Role})
         observation = build_observation(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from xpyd_api.models import EngineType
+from xpyd_api.models import EngineType, RouterType
 from xpyd_api.names import Role
 
 QUANTILE = 0.9  # the Observation's p90 fields
@@ -69,8 +69,20 @@ class EngineMetrics:
     waiting: Sequence[str]  # gauge: requests queued
     running: Sequence[str]  # gauge: requests in running batches
     kv_usage: Sequence[str]  # gauge: fraction 0..1 of the KV cache in use
-    ttft: Sequence[str]  # histogram, seconds (base name)
+    ttft: Sequence[str]  # histogram, seconds (base name), read on the decode pool
     tpot: Sequence[str]  # histogram, seconds between output tokens (base name)
+    # histogram read on the prefill pool and added to decode's TTFT, for engines whose decode instance
+    # gets the request only after its prefill (so its own TTFT leaves prefill queueing and compute out)
+    ttft_prefill_leg: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class RouterMetrics:
+    """A router's series, read without a role label (the router serves both pools): what it measures
+    on the users' side of the prefill/decode split. Empty entries: the router does not export it."""
+
+    requests: Sequence[str]  # counter of requests the router served
+    ttft: Sequence[str]  # histogram of time to first token on the users' clock (base name)
 
 
 # vLLM's V1 names (docs.vllm.ai "Production Metrics"); the older names are the V0 ones.
@@ -88,6 +100,8 @@ VLLM = EngineMetrics(
     kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     ttft=("vllm:time_to_first_token_seconds",),
     tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    # a PD router (vllm-router, vLLM's proxies) sends decode a second request once prefill answered
+    ttft_prefill_leg=("vllm:time_to_first_token_seconds",),
 )
 
 # SGLang's names (docs.sglang.io "Production Metrics"; the operator starts it with `--enable-metrics`
@@ -108,6 +122,12 @@ SGLANG = EngineMetrics(
     ttft=("sglang:time_to_first_token_seconds",),
     tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
 )
+
+# vllm-router 0.1.17 (measured): PD requests per route; no time-to-first-token series (its
+# vllm_router_pd_request_duration_seconds ends when decode's response starts, before its first token).
+VLLM_ROUTER = RouterMetrics(requests=("vllm_router_pd_requests_total",), ttft=())
+
+ROUTER_METRICS: Mapping[RouterType, RouterMetrics] = {RouterType.VLLM_ROUTER: VLLM_ROUTER}
 
 # Engines whose metric names the controller knows; custom engines are read with vLLM's names (a custom
 # image can export them).
@@ -141,9 +161,11 @@ class Scope:
     def __post_init__(self) -> None:
         check_window(self.window_s)
 
-    def selector(self, role: Role) -> str:
+    def selector(self, role: Role | None) -> str:
+        """The pool's series (`role`), or with None the PDDeployment's series without a role (routers)."""
         names = self.labels
-        pairs = ((names.namespace, self.namespace), (names.pdd, self.pdd), (names.role, str(role)))
+        role_value = "" if role is None else str(role)  # `role=""` matches series without the label
+        pairs = ((names.namespace, self.namespace), (names.pdd, self.pdd), (names.role, role_value))
         return "{" + ",".join(f"{label}={_quote(value)}" for label, value in pairs) + "}"
 
     @property
@@ -155,13 +177,13 @@ def _either(queries: Sequence[str]) -> str:
     return " or ".join(queries)
 
 
-def _rate(names: Sequence[str], scope: Scope, role: Role) -> str:
+def _rate(names: Sequence[str], scope: Scope, role: Role | None) -> str:
     """Summed per-second increase of a counter over the window."""
     selector = scope.selector(role)
     return _either([f"sum(rate({name}{selector}[{scope.window}]))" for name in names])
 
 
-def _quantile(names: Sequence[str], scope: Scope, role: Role) -> str:
+def _quantile(names: Sequence[str], scope: Scope, role: Role | None) -> str:
     selector = scope.selector(role)
     return _either(
         [
@@ -176,11 +198,34 @@ def _gauge(aggregate: str, names: Sequence[str], scope: Scope, role: Role) -> st
     return _either([f"{aggregate}({name}{selector})" for name in names])
 
 
-def build_queries(engine: EngineMetrics, scope: Scope) -> dict[Signal, str]:
-    """One PromQL expression per signal the engine exports, for the pools of one PDDeployment."""
+def _ttft(engine: EngineMetrics, router: RouterMetrics | None, scope: Scope) -> str:
+    """TTFT on the users' clock: the router's where it exports one; else, for engines whose decode gets
+    the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull); a
+    sum of the two p90s, which bounds the p90 of the sum from above. Without prefill TTFT samples in
+    the window (an engine that records the users' TTFT on decode, as xpyd's simulator does) decode's
+    alone."""
+    decode = _quantile(engine.ttft, scope, Role.DECODE)
+    alternatives = [_quantile(router.ttft, scope, None)] if router else []
+    if engine.ttft_prefill_leg and decode:
+        prefill = _quantile(engine.ttft_prefill_leg, scope, Role.PREFILL)
+        alternatives.append(f"(({prefill}) >= 0) + ({decode})")  # `>= 0` drops NaN: no samples
+    alternatives.append(decode)
+    return _either([query for query in alternatives if query])
+
+
+def build_queries(
+    engine: EngineMetrics, scope: Scope, router: RouterMetrics | None = None
+) -> dict[Signal, str]:
+    """One PromQL expression per signal the engine (and router) export, for one PDDeployment's pools.
+
+    Request arrivals and TTFT are taken from the router first, where it exports them (the users'
+    side), then from the engines."""
     prefill, decode = Role.PREFILL, Role.DECODE
+    arrivals = [_rate(router.requests, scope, None)] if router else []
     queries = {
-        Signal.ARRIVAL_RATE: _rate(engine.requests_in, scope, prefill),
+        Signal.ARRIVAL_RATE: _either(
+            [q for q in [*arrivals, _rate(engine.requests_in, scope, prefill)] if q]
+        ),
         Signal.INPUT_TOKENS_RATE: _rate(engine.prompt_tokens, scope, prefill),
         Signal.INPUT_TOKENS_P90: _quantile(engine.prompt_histogram, scope, prefill),
         Signal.OUTPUT_REQUESTS_RATE: _rate(engine.requests_out, scope, decode),
@@ -191,7 +236,7 @@ def build_queries(engine: EngineMetrics, scope: Scope) -> dict[Signal, str]:
         Signal.PREFILL_QUEUE: _gauge("sum", engine.waiting, scope, prefill),
         Signal.DECODE_RUNNING: _gauge("sum", engine.running, scope, decode),
         Signal.DECODE_KV_USAGE: _gauge("avg", engine.kv_usage, scope, decode),
-        Signal.TTFT_P90: _quantile(engine.ttft, scope, decode),
+        Signal.TTFT_P90: _ttft(engine, router, scope),
         Signal.TPOT_P90: _quantile(engine.tpot, scope, decode),
     }
     return {signal: query for signal, query in queries.items() if query}
