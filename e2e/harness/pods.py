@@ -58,12 +58,15 @@ class PodProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def local_argv(container: Mapping[str, Any]) -> list[str] | None:
-    """The container's command with its executable replaced by this machine's copy; None if not runnable."""
+def local_argv(container: Mapping[str, Any], binaries: Mapping[str, Path] | None = None) -> list[str] | None:
+    """The container's command with its executable replaced by this machine's copy (`binaries` adds
+    executables outside the venv, e.g. the cached vLLM's `vllm`); None if not runnable."""
     command = list(container.get("command") or [])
     if not command:
         return None
     name = Path(command[0]).name
+    if binaries and name in binaries:
+        return [str(binaries[name]), *command[1:]]
     if name in ("python", "python3"):
         if len(command) < 3 or command[1] != "-m" or command[2] not in RUNNABLE_MODULES:
             return None
@@ -106,9 +109,11 @@ def container_env(pod: Any, container: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
-def pod_argv(pod: Any, container: Mapping[str, Any], env: Mapping[str, str]) -> list[str] | None:
+def pod_argv(
+    pod: Any, container: Mapping[str, Any], env: Mapping[str, str], binaries: Mapping[str, Path] | None = None
+) -> list[str] | None:
     """What the kubelet would exec for `container`, run here on the pod's IP."""
-    command = local_argv(container)
+    command = local_argv(container, binaries)
     if command is None:
         return None
     args = [

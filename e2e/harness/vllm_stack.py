@@ -1,0 +1,491 @@
+"""The real-vLLM stack (tests/realvllm, benchmarks/real_vllm.py): engines from rendered pod specs, the router,
+
+Each engine is one "pod" on its own loopback address (127.0.13.x: the 13 keeps clear of other tests),
+pinned to one core (VLLM_CPU_OMP_THREADS_BIND, from the pool's env in the PDDeployment, so it is part
+of the rendered spec). Every process is started in its own session and killed by its process group
+(vLLM's API server spawns its engine core) at teardown, also when set-up fails; logs are printed then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.harness.dataplane import answers
+from e2e.harness.procs import free_port, pid_alive, wait_until
+from e2e.harness.prometheus import PrometheusServer, start_prometheus
+from e2e.harness.vllm_engine import ContainerProcess, container_process, vllm_env_dir
+from xpyd_api.models import EngineType, PDDeployment, RouterType, parse_pdd
+from xpyd_api.names import Role
+from xpyd_controller.metrics.prometheus import PrometheusSource
+from xpyd_controller.metrics.promql import ENGINE_METRICS, ROUTER_METRICS, Scope, build_queries
+from xpyd_operator import engine_client, render
+
+NAMESPACE, PDD_NAME = "realvllm", "tiny"
+POD_IPS = {Role.PREFILL: "127.0.13.1", Role.DECODE: "127.0.13.2"}
+ROUTER_IP = "127.0.13.3"
+CORES = {Role.PREFILL: "0", Role.DECODE: "1"}
+ENGINE_STARTUP_TIMEOUT_S = 900  # imports + first torch.compile under load; cached afterwards
+IDLE_SAMPLE_S = 10  # how long idle engines are watched for their CPU use (NIXL busy-polls)
+WINDOW_S = 120  # the controller's rate window: covers the whole load stage and its tail
+# Latency buckets 8 % apart (vLLM's defaults are up to 2.5x apart above 1 s), so a p90 read from
+# Prometheus is within a few percent of the exact one; the same setting serves any deployment.
+FINE_LATENCY_BUCKETS = [round(0.002 * 1.08**k, 5) for k in range(135)]  # 2 ms .. ~66 s
+# vLLM's CPU build on a tiny model: a small KV pool (so kv_cache_usage_perc moves) and eager mode
+# (no torch.compile: minutes less start-up on 2 cores).
+CPU_ENGINE_ARGS = (
+    "--max-model-len",
+    "1024",
+    "--num-gpu-blocks-override",
+    "256",
+    "--enforce-eager",
+    "--custom-histogram-buckets",
+    json.dumps({"time_to_first_token": FINE_LATENCY_BUCKETS, "request_latency": FINE_LATENCY_BUCKETS}),
+)
+CPU_ENGINE_ENV = (
+    {"name": "UCX_NET_DEVICES", "value": "lo"},
+    {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
+)
+
+
+def tiny_pdd(model: Path, engine_port: int, router_port: int) -> PDDeployment:
+    """The PDDeployment whose rendered pods the test runs (vLLM, NixlConnector by default)."""
+    pools = {
+        str(role): {"replicas": 1, "env": [{"name": "VLLM_CPU_OMP_THREADS_BIND", "value": CORES[role]}]}
+        for role in Role
+    }
+    spec = {
+        "model": {"name": str(model)},
+        "engine": {
+            "type": "vllm",
+            "image": "vllm-cpu:0.32.0",
+            "port": engine_port,
+            "args": list(CPU_ENGINE_ARGS),
+            "env": list(CPU_ENGINE_ENV),
+        },
+        **pools,
+        "router": {"type": "vllm-router", "image": "vllm-router:0.1.17", "port": router_port},
+    }
+    return parse_pdd({"metadata": {"name": PDD_NAME, "namespace": NAMESPACE, "uid": "u1"}, "spec": spec})
+
+
+@dataclass
+class Running:
+    """A process of the stack, killed with its process group."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 80) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace: float = 15.0) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self.popen.poll() is None:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # the engine core and any straggler
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+
+
+@dataclass
+class Engine:
+    role: Role
+    pod: dict[str, Any]
+    process: ContainerProcess
+    running: Running
+
+    def cmdline(self) -> list[str]:
+        raw = Path(f"/proc/{self.running.popen.pid}/cmdline").read_bytes()
+        return [part.decode() for part in raw.split(b"\0") if part]
+
+    def environ(self) -> dict[str, str]:
+        raw = Path(f"/proc/{self.running.popen.pid}/environ").read_bytes()
+        pairs = (part.decode().partition("=") for part in raw.split(b"\0") if part)
+        return {key: value for key, _, value in pairs}
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"{self.process.url}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+
+def session_cpu_seconds(session: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of one session (an engine's API
+    server and its engine core)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session:  # field 6 of stat: the session id
+                total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples in Prometheus text whose labels include `labels`."""
+    total = 0.0
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    for line in text.splitlines():
+        named = line.startswith((name + "{", name + " "))
+        if named and all(pair in line for pair in wanted):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@dataclass
+class LoadResult:
+    """What the load generator measured on the users' side (inference-perf's own report)."""
+
+    requests: int
+    prompt_tokens: int
+    ttft_p90_s: float
+    ttft_mean_s: float
+    report: dict[str, Any]
+
+
+@dataclass
+class RealStack:
+    engines: list[Engine]
+    router: Running
+    prometheus: PrometheusServer
+    load: LoadResult
+    decode_external_kv_tokens: tuple[float, float]
+    controller_answers: dict[str, float | None]
+    in_flight_peaks: dict[str, int | None]
+    in_flight_after: dict[str, int | None]
+    timings: dict[str, float] = field(default_factory=dict)
+    cpu_cores: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> idle / under load
+
+
+def _base_env() -> dict[str, str]:
+    """What every process inherits: nothing of the test's own environment beyond the basics."""
+    keep = ("PATH", "HOME", "LANG", "TMPDIR")
+    return {key: os.environ[key] for key in keep if key in os.environ} | {"PYTHONUNBUFFERED": "1"}
+
+
+@contextlib.contextmanager
+def _started(name: str, argv: Sequence[str], env: Mapping[str, str], log_dir: Path) -> Iterator[Running]:
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, env=dict(env), start_new_session=True
+        )
+    running = Running(name, popen, log_path)
+    try:
+        yield running
+    except BaseException:
+        print(f"--- {name} ({' '.join(argv[:3])} ...) ---\n{running.log_tail()}")
+        raise
+    finally:
+        running.stop()
+
+
+def _wait_healthy(running: Sequence[Running], urls: Sequence[str], timeout: float) -> None:
+    def ready() -> bool:
+        for process in running:
+            if process.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{process.name} exited with {process.popen.returncode}:\n{process.log_tail()}"
+                )
+        return all(answers(url) for url in urls)
+
+    wait_until(ready, timeout, " and ".join(urls), interval=2.0)
+
+
+def static_router_args(rendered: Sequence[str], prefill: str, decode: str) -> list[str]:
+    """The rendered router args with Kubernetes service discovery swapped for the two static URLs (there
+    is no cluster here); the rest as rendered."""
+    discovery_flags = {
+        "--service-discovery": 0,
+        "--service-discovery-namespace": 1,
+        "--service-discovery-port": 1,
+    }
+    out: list[str] = []
+    skip = 0
+    in_selector = False
+    for arg in rendered:
+        if skip:
+            skip -= 1
+            continue
+        if arg in ("--prefill-selector", "--decode-selector"):
+            in_selector = True
+            continue
+        if in_selector and not arg.startswith("--"):
+            continue
+        in_selector = False
+        if arg in discovery_flags:
+            skip = discovery_flags[arg]
+            continue
+        out.append(arg)
+    return [*out, "--prefill", prefill, "--decode", decode]
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """A fixed number of fixed-length requests at a fixed concurrency: bounded however slow the loaded
+    machine is (a rate would pile up a queue when two single-core engines fall behind)."""
+
+    requests: int = 32
+    concurrency: int = 2
+    prompt_tokens: int = 256
+    output_tokens: int = 16
+
+    def inference_perf_config(self, router_url: str, model: Path, out: Path) -> dict[str, Any]:
+        """inference-perf's YAML: streaming completions through the router, tokens counted locally."""
+
+        def fixed(tokens: int) -> dict[str, Any]:
+            return {
+                "type": "fixed",
+                "min": tokens,
+                "max": tokens,
+                "mean": tokens,
+                "std_dev": 0,
+                "total_count": 1000,
+            }
+
+        return {
+            "load": {
+                "type": "concurrent",
+                "stages": [{"num_requests": self.requests, "concurrency_level": self.concurrency}],
+            },
+            "api": {"type": "completion", "streaming": True},
+            "server": {"type": "vllm", "model_name": str(model), "base_url": router_url, "ignore_eos": True},
+            "tokenizer": {"pretrained_model_name_or_path": str(model)},
+            "data": {
+                "type": "random",
+                "input_distribution": fixed(self.prompt_tokens),
+                "output_distribution": fixed(self.output_tokens),
+            },
+            "report": {"request_lifecycle": {"summary": True, "per_stage": False, "per_request": True}},
+            "storage": {"local_storage": {"path": str(out)}},
+        }
+
+
+def _find_ttft(report: Any) -> dict[str, float]:
+    """The TTFT statistics inside inference-perf's summary (its nesting differs between releases)."""
+    if isinstance(report, dict):
+        for key, value in report.items():
+            if key in ("time_to_first_token", "ttft") and isinstance(value, dict) and "p90" in value:
+                return {k: float(v) for k, v in value.items() if isinstance(v, int | float)}
+            if found := _find_ttft(value):
+                return found
+    return {}
+
+
+def run_inference_perf(
+    loadgen: Path, config: dict[str, Any], workdir: Path, timeout_s: float
+) -> dict[str, Any]:
+    config_path = workdir / "inference-perf.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    log_path = workdir / "inference-perf.log"
+    with log_path.open("wb") as log:
+        result = subprocess.run(
+            [str(loadgen / "bin" / "inference-perf"), "--config_file", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_base_env(),
+            timeout=timeout_s,
+            check=False,
+            start_new_session=True,
+        )
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+    if result.returncode != 0:
+        raise RuntimeError(f"inference-perf exited with {result.returncode}:\n{tail}")
+    summaries = sorted(
+        Path(config["storage"]["local_storage"]["path"]).glob("**/summary_lifecycle_metrics.json")
+    )
+    if not summaries:
+        raise RuntimeError(f"inference-perf wrote no summary_lifecycle_metrics.json:\n{tail}")
+    return dict(json.loads(summaries[-1].read_text()))
+
+
+class InFlightSampler:
+    """Reads each engine's in-flight requests the way the operator's drain does, a few times a second."""
+
+    def __init__(self, urls: Mapping[str, str]) -> None:
+        self.urls = urls
+        self.peaks: dict[str, int | None] = dict.fromkeys(urls)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name, url in self.urls.items():
+                value = engine_client.read_in_flight(url, EngineType.VLLM, 2.0)
+                if value is not None and (self.peaks[name] is None or value > (self.peaks[name] or 0)):
+                    self.peaks[name] = value
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> InFlightSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _settled_in_flight(urls: Mapping[str, str], timeout: float) -> dict[str, int | None]:
+    readings: dict[str, int | None] = {}
+
+    def idle() -> bool:
+        readings.update(
+            {name: engine_client.read_in_flight(url, EngineType.VLLM, 2.0) for name, url in urls.items()}
+        )
+        return all(value == 0 for value in readings.values())
+
+    with contextlib.suppress(TimeoutError):
+        wait_until(idle, timeout, "in-flight requests to reach 0", interval=0.5)
+    return readings
+
+
+def _prometheus_config(engines: Sequence[Engine], router_metrics: str) -> dict[str, Any]:
+    targets = [
+        {
+            "targets": [f"{engine.process.pod_ip}:{engine.process.port}"],
+            "labels": {"namespace": NAMESPACE, "pdd": PDD_NAME, "role": str(engine.role)},
+        }
+        for engine in engines
+    ]
+    targets.append({"targets": [router_metrics], "labels": {"namespace": NAMESPACE, "pdd": PDD_NAME}})
+    return {
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "scrape_configs": [{"job_name": "realvllm", "static_configs": targets}],
+    }
+
+
+@contextlib.contextmanager
+def real_stack(log_dir: Path) -> Iterator[RealStack]:
+    """Start everything, run the load once, collect what the tests check; tear all down by pid."""
+    env_dir = vllm_env_dir()
+    model = env_dir / "model"
+    engine_port, router_port = free_port(), free_port()
+    pdd = tiny_pdd(model, engine_port, router_port)
+    binaries = {"vllm": env_dir / "engine" / "bin" / "vllm"}
+    timings: dict[str, float] = {}
+    with contextlib.ExitStack() as stack:
+        engines = []
+        started = time.monotonic()
+        for role in Role:
+            pod = render.instance_pod(pdd, role, f"{PDD_NAME}-{role}")
+            process = container_process(pod, POD_IPS[role], binaries)
+            running = stack.enter_context(
+                _started(str(role), process.argv, _base_env() | dict(process.env), log_dir)
+            )
+            engines.append(Engine(role, pod, process, running))
+        _wait_healthy(
+            [e.running for e in engines],
+            [f"{e.process.url}/health" for e in engines],
+            ENGINE_STARTUP_TIMEOUT_S,
+        )
+        timings["engine_startup_s"] = time.monotonic() - started
+        prefill, decode = engines
+        deployment = render.router_deployment(pdd)
+        assert deployment is not None
+        router_pod = {
+            "metadata": {"name": f"{PDD_NAME}-router", **deployment["spec"]["template"]["metadata"]}
+        }
+        router_pod["spec"] = copy.deepcopy(deployment["spec"]["template"]["spec"])
+        container = router_pod["spec"]["containers"][0]
+        container["args"] = static_router_args(container["args"], prefill.process.url, decode.process.url)
+        router_process = container_process(router_pod, ROUTER_IP, {})
+        router_metrics_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "metrics")
+        router = stack.enter_context(_started("router", router_process.argv, _base_env(), log_dir))
+        router_url = f"http://{ROUTER_IP}:{router_port}"
+        _wait_healthy([router], [f"{router_url}/health"], 60)
+        prometheus = stack.enter_context(
+            start_prometheus(_prometheus_config(engines, f"{ROUTER_IP}:{router_metrics_port}"))
+        )
+        wait_until(
+            lambda: prometheus.targets_up() == 3, 60, "Prometheus scraping both engines and the router"
+        )
+
+        urls = {str(e.role): f"{e.process.url}/metrics" for e in engines}
+        kv_before = metric_sum(
+            decode.metrics_text(), "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"
+        )
+        spec = LoadSpec()
+        config = spec.inference_perf_config(router_url, model, log_dir / "inference-perf")
+        sessions = {str(e.role): e.running.popen.pid for e in engines}  # each was started in its own
+        idle_from = {role: session_cpu_seconds(sid) for role, sid in sessions.items()}
+        time.sleep(IDLE_SAMPLE_S)
+        idle = {
+            role: (session_cpu_seconds(sid) - idle_from[role]) / IDLE_SAMPLE_S
+            for role, sid in sessions.items()
+        }
+        load_from = {role: session_cpu_seconds(sid) for role, sid in sessions.items()}
+        started = time.monotonic()
+        with InFlightSampler(urls) as sampler:
+            report = run_inference_perf(env_dir / "loadgen", config, log_dir, timeout_s=600)
+        timings["load_s"] = time.monotonic() - started
+        cpu_cores = {
+            role: {
+                "idle": idle[role],
+                "load": (session_cpu_seconds(sid) - load_from[role]) / timings["load_s"],
+            }
+            for role, sid in sessions.items()
+        }
+        after = _settled_in_flight(urls, timeout=60)
+        kv_after = metric_sum(
+            decode.metrics_text(), "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"
+        )
+        time.sleep(5)  # two more scrapes, so the window's last samples include the load's end
+        scope = Scope(NAMESPACE, PDD_NAME, WINDOW_S)
+        source = PrometheusSource(prometheus.url)
+        queries = build_queries(
+            ENGINE_METRICS[EngineType.VLLM], scope, ROUTER_METRICS[RouterType.VLLM_ROUTER]
+        )
+        controller_answers = {str(signal): value for signal, value in source.query_all(queries).items()}
+        ttft = _find_ttft(report)
+        successes = report.get("successes") or {}
+        load = LoadResult(
+            requests=int(successes.get("count") or 0),
+            prompt_tokens=spec.prompt_tokens,
+            ttft_p90_s=float(ttft.get("p90", float("nan"))),
+            ttft_mean_s=float(ttft.get("mean", float("nan"))),
+            report=report,
+        )
+        print(
+            json.dumps(
+                {
+                    "timings": timings,
+                    "controller": controller_answers,
+                    "ttft": ttft,
+                    "in_flight_peaks": sampler.peaks,
+                },
+                indent=1,
+            )
+        )
+        yield RealStack(
+            engines=engines,
+            router=router,
+            prometheus=prometheus,
+            load=load,
+            decode_external_kv_tokens=(kv_before, kv_after),
+            controller_answers=controller_answers,
+            in_flight_peaks=sampler.peaks,
+            in_flight_after=after,
+            timings=timings,
+            cpu_cores=cpu_cores,
+        )
+    for engine in engines:
+        assert not pid_alive(engine.running.popen.pid)
