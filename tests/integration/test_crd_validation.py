@@ -131,12 +131,69 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     (
         "prometheus URL without scheme",
         manifest(autoscaling={"mode": "Advisory", "prometheus": {"url": "prom:9090"}}),
-        "spec.autoscaling.prometheus.url in body should match '^https?://'",
+        "spec.autoscaling.prometheus.url in body should match '^https?://",
     ),
     (
         "name too long for pod names",
         manifest(name="x" * 51),
         "metadata.name must be at most 50 characters",
+    ),
+    # What a probe once got accepted and then broke the operator on (issue 15):
+    (
+        "huge replicas",
+        manifest(prefill={"replicas": 2147483647, "maxReplicas": 2147483647}),
+        "spec.prefill.maxReplicas",
+    ),
+    ("name with dots (a Service name)", manifest(name="a.b"), "metadata.name must be a DNS-1035 label"),
+    (
+        "env name with space",
+        manifest(engine={"image": "x", "env": [{"name": "1 BAD="}]}),
+        "spec.engine.env[0].name",
+    ),
+    (
+        "memory not a quantity",
+        manifest(prefill={"resources": {"limits": {"memory": "lots"}}}),
+        "spec.prefill.resources.limits.memory",
+    ),
+    (
+        "negative cpu",
+        manifest(prefill={"resources": {"requests": {"cpu": "-1"}}}),
+        "spec.prefill.resources.requests.cpu",
+    ),
+    (
+        "request above limit",
+        manifest(decode={"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}),
+        "a resource request must not exceed its limit",
+    ),
+    (
+        "node selector key with space",
+        manifest(prefill={"nodeSelector": {"bad key!": "x"}}),
+        "nodeSelector keys must be label keys",
+    ),
+    (
+        "affinity of the wrong shape",
+        manifest(
+            affinity={
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+            }
+        ),
+        "nodeSelectorTerms",
+    ),
+    ("empty router image", manifest(router={"image": ""}), "spec.router.image"),
+    (
+        "router account not a name",
+        manifest(router={"image": "r", "serviceAccountName": "Admin!"}),
+        "spec.router.serviceAccountName",
+    ),
+    (
+        "switch path with a host",
+        manifest(conversion={"switchPath": "@evil.example/x"}),
+        "spec.conversion.switchPath",
+    ),
+    (
+        "prometheus URL with user info",
+        manifest(autoscaling={"prometheus": {"url": "http://a@b:9090"}}),
+        "spec.autoscaling.prometheus.url",
     ),
 ]
 

@@ -9,6 +9,7 @@ without status.autoscaler) and fails the test.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -62,10 +63,14 @@ def _as_chart_runs_it(cluster: LocalCluster, namespace: str, name: str, tmp_path
     program, *rest = container["command"]
     executable = sys.executable if program == "python" else str(Path(sys.executable).with_name(program))
     kubeconfig = _service_account_kubeconfig(cluster, namespace, name, tmp_path / f"{name}-kubeconfig.json")
-    # POD_NAMESPACE: what the chart's downward-API env gives the pod (the controller's Lease namespace).
-    env = {**cluster.env(), "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": namespace}
+    # The container's literal env as the chart sets it; POD_NAMESPACE and POD_IP: what its downward-API
+    # env gives the pod (the controller's Lease namespace, the address /metrics binds to).
+    literal = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    env = {**cluster.env(), **literal, "KUBECONFIG": str(kubeconfig)}
+    env |= {"POD_NAMESPACE": namespace, "POD_IP": "127.0.0.1"}
     process = OperatorProcess(env, tmp_path / f"{name}.log", (), FAST_SETTINGS)
-    process.argv = [executable, *rest, *container["args"]]
+    args = [re.sub(r"\$\((\w+)\)", lambda ref: env.get(ref[1], ref[0]), arg) for arg in container["args"]]
+    process.argv = [executable, *rest, *args]
     return process
 
 
@@ -185,7 +190,7 @@ def test_install_rbac_upgrade_uninstall(
     values: dict[str, Any] = {  # the processes below serve their ports on this host
         "watch": {"mode": mode, "namespaces": watched},
         "operator": {"healthPort": free_port()},
-        "controller": {"metricsPort": free_port()},
+        "controller": {"metricsPort": free_port(), "healthPort": free_port()},
         "routerAccess": {"enabled": True, "namespaces": [] if watched else [namespace]},
         # This cluster has no prometheus-operator: the monitor is skipped and NOTES.txt says why.
         "monitoring": {"podMonitor": {"enabled": True}},

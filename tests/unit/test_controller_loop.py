@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +15,7 @@ from xpyd_api.names import LABEL_ROLE, LABEL_SERVING
 from xpyd_controller.control.loop import Controller, Settings
 from xpyd_controller.control.status import DecisionRecord
 from xpyd_controller.metrics.promql import Signal
+from xpyd_controller.policy.types import Decision
 
 BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one instance per role
     Signal.ARRIVAL_RATE: 20.0,
@@ -308,3 +312,100 @@ def test_status_replaces_stale_fields() -> None:
     status = cluster.objects["web"]["status"]
     assert status["ready"] == 1  # the operator's fields are untouched
     assert "oldField" not in status["autoscaler"] and "gone" not in status["autoscaler"]["inputs"]
+
+
+SHRINKING = {"autoscaling": {"scaleDownWindowSeconds": 0}}
+
+
+def test_idle_traffic_shrinks_the_pools() -> None:  # the control case of the test below
+    cluster = FakeCluster(pdd(prefill=6, decode=6, **SHRINKING))
+    loop, _ = controller(cluster, FakeMetrics(IDLE))
+    [record] = loop.run_pass(1000.0)
+    assert record.desired[0] < 6 and record.desired[1] < 6
+
+
+@pytest.mark.parametrize("corrupt", [1e308, math.inf, -math.inf, math.nan, -5.0])
+def test_an_implausible_value_never_shrinks_a_pool_nor_reaches_the_status(corrupt: float) -> None:
+    cluster = FakeCluster(pdd(prefill=6, decode=6, **SHRINKING))
+    # idle traffic alone would shrink both pools; a corrupt KV usage beside it must hold them
+    loop, _ = controller(cluster, FakeMetrics({**IDLE, Signal.DECODE_KV_USAGE: corrupt}))
+    [record] = loop.run_pass(1000.0)
+    assert cluster.replica_writes == [] and record.desired == (6, 6)
+    status = cluster.autoscaler("web")
+    assert "decode_kv_usage" in status["missingData"]
+    assert "implausible values treated as missing: decode_kv_usage" in status["message"]
+    assert "ImplausibleInputsNoScaleDown" in status["reasons"]
+    json.dumps(status, allow_nan=False)  # nothing non-finite anywhere in the patch
+
+
+def test_a_policy_answer_that_is_not_a_whole_number_in_range_is_held() -> None:
+    class Wild:
+        name = "wild"
+
+        def decide(self, observation: Any, limits: Any) -> Decision:
+            return Decision(2**62, math.nan, binding="x", details={"predicted_ttft_seconds": math.inf})  # type: ignore[arg-type]
+
+    cluster = FakeCluster(pdd(prefill=3, decode=3))
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    tracked_policy = Wild()
+    loop._policy = lambda pdd, tracked: tracked_policy  # type: ignore[method-assign]
+    [record] = loop.run_pass(1000.0)
+    assert record.desired == (3, 3) and cluster.replica_writes == []
+    status = cluster.autoscaler("web")
+    assert "PolicyAnswerRejected" in status["reasons"] and "ttftSeconds" not in status["predicted"]
+    json.dumps(status, allow_nan=False)
+
+
+def test_a_tenant_whose_prometheus_hangs_never_holds_up_the_others() -> None:
+    release = threading.Event()
+
+    class Hanging(FakeMetrics):
+        def query_all(self, queries: Mapping[Signal, str]) -> dict[Signal, float | None]:
+            release.wait(10)
+            return dict.fromkeys(queries)
+
+    cluster = FakeCluster(pdd("healthy"), *(pdd(f"hostile{i}") for i in range(6)))
+    for i in range(6):
+        cluster.objects[f"hostile{i}"]["spec"]["autoscaling"]["prometheus"]["url"] = "http://hang:9090"
+    healthy, hanging = FakeMetrics(BUSY), Hanging({})
+    loop = Controller(
+        cluster, lambda url: hanging if "hang" in url else healthy, FakeTelemetry(), Settings(window_s=30)
+    )
+    decided = []
+    for second in range(5):
+        decided += [r.generation for r in loop.run_pass(1000.0 + 10 * second, wait_s=1.0)]
+    assert len(decided) == 5  # one decision of the healthy tenant per interval, none lost to the others
+    release.set()
+    assert len(loop.run_pass(1100.0, wait_s=None)) == 7  # the hung ones finish (holding) once answered
+
+
+def test_a_refused_prometheus_url_is_never_called_and_said_once() -> None:
+    cluster = FakeCluster(pdd())
+    cluster.objects["web"]["spec"]["autoscaling"]["prometheus"]["url"] = "http://169.254.169.254/"
+    metrics = FakeMetrics(BUSY)
+    loop, _ = controller(cluster, metrics)
+    assert loop.run_pass(1000.0) == [] and loop.run_pass(1010.0) == []
+    assert metrics.asked == []
+    assert cluster.autoscaler("web")["binding"] == "invalid_setup"
+    assert "cloud metadata" in cluster.autoscaler("web")["message"]
+    assert [e[1] for e in cluster.events] == ["InvalidAutoscaling"]
+
+
+def test_a_second_decider_without_a_lease_is_reported_once_and_in_status() -> None:
+    cluster = FakeCluster(pdd())
+    one = Controller(
+        cluster, lambda url: FakeMetrics(BUSY), FakeTelemetry(), Settings(window_s=30, identity="a")
+    )
+    two = Controller(
+        cluster, lambda url: FakeMetrics(BUSY), FakeTelemetry(), Settings(window_s=30, identity="b")
+    )
+    one.run_pass(1000.0)
+    assert cluster.autoscaler("web")["decider"] == "a"
+    two.run_pass(1005.0)
+    status = cluster.autoscaler("web")
+    assert status["decider"] == "b" and "another controller (a)" in status["message"]
+    for second in range(1, 4):  # both keep deciding: each reports the other, one Warning each
+        one.run_pass(1000.0 + 10 * second)
+        two.run_pass(1005.0 + 10 * second)
+    warnings = [e for e in cluster.events if e[1] == "ConcurrentDeciders"]
+    assert len(warnings) == 2 and all(e[3] for e in warnings)

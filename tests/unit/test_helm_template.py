@@ -213,16 +213,44 @@ def test_operator_flags_and_settings(settings: dict[str, Any], log_level: str, f
         "XPYD_ACTIVE_POLL_SECONDS",
         "XPYD_ENGINE_TIMEOUT_SECONDS",
         "XPYD_RESTART_WAIT_SECONDS",
+        "XPYD_MAX_CREATES_PER_PASS",
+        "XPYD_EXCLUDED_NAMESPACES",
+        "XPYD_ROUTER_SERVICE_ACCOUNTS",
     }
+    assert env["XPYD_EXCLUDED_NAMESPACES"] == "kube-system" and env["XPYD_ROUTER_SERVICE_ACCOUNTS"] == ""
 
 
 @pytest.mark.parametrize(
     ("values", "args"),
     [
-        ({}, ["--all-namespaces", "--metrics-port=9400", "--log-level=INFO", "--leader-elect"]),
         (
-            {"metricsPort": 9500, "logLevel": "debug", "leaderElection": False},
-            ["--all-namespaces", "--metrics-port=9500", "--log-level=DEBUG", "--no-leader-elect"],
+            {},
+            [
+                "--all-namespaces",
+                "--metrics-port=9400",
+                "--metrics-address=$(POD_IP)",
+                "--health-port=8081",
+                "--log-level=INFO",
+                "--leader-elect",
+            ],
+        ),
+        (
+            {
+                "metricsPort": 9500,
+                "healthPort": 9501,
+                "logLevel": "debug",
+                "leaderElection": False,
+                "prometheusAllowList": ["http://prom.monitoring.svc:9090"],
+            },
+            [
+                "--all-namespaces",
+                "--metrics-port=9500",
+                "--metrics-address=$(POD_IP)",
+                "--health-port=9501",
+                "--prometheus-allow=http://prom.monitoring.svc:9090",
+                "--log-level=DEBUG",
+                "--no-leader-elect",
+            ],
         ),
     ],
 )
@@ -232,7 +260,15 @@ def test_controller_flags_and_metrics_service(values: dict[str, Any], args: list
     assert container["command"] == ["xpyd", "controller"]
     assert container["args"] == args
     port = values.get("metricsPort", 9400)
-    assert container["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+    health = values.get("healthPort", 8081)
+    assert container["ports"] == [
+        {"name": "metrics", "containerPort": port, "protocol": "TCP"},
+        {"name": "health", "containerPort": health, "protocol": "TCP"},
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     (service,) = _named(objects, "Service", "rel-xpyd-controller-metrics")
     assert service["spec"]["ports"][0]["port"] == port
 
@@ -407,3 +443,27 @@ def test_invalid_values_are_rejected_naming_the_value(values: dict[str, Any], na
         assert result.returncode != 0
         output = result.stdout + result.stderr
         assert named in output and rule in output, output
+
+
+def test_router_accounts_and_excluded_namespaces_reach_the_operator() -> None:
+    values = {
+        "routerAccess": {"enabled": True, "namespaces": ["team-a"]},
+        "operator": {"allowedRouterServiceAccounts": ["custom-router"]},
+        "watch": {"excludedNamespaces": ["kube-system", "kube-public"]},
+    }
+    env = {e["name"]: e["value"] for e in _container(render(values), "operator")["env"]}
+    assert env["XPYD_ROUTER_SERVICE_ACCOUNTS"] == "xpyd-router,custom-router"
+    assert env["XPYD_EXCLUDED_NAMESPACES"] == "kube-system,kube-public"
+
+
+def test_network_policies_are_optional_and_limit_metrics_to_their_peers() -> None:
+    assert not [o for o in render({}) if o["kind"] == "NetworkPolicy"]
+    peers = [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]
+    objects = render({"networkPolicy": {"enabled": True, "metricsFrom": peers}})
+    (operator,) = _named(objects, "NetworkPolicy", "rel-xpyd-operator")
+    assert operator["spec"]["ingress"] == [] and operator["spec"]["policyTypes"] == ["Ingress"]
+    (controller,) = _named(objects, "NetworkPolicy", "rel-xpyd-controller")
+    [rule] = controller["spec"]["ingress"]
+    assert rule["from"] == peers and rule["ports"] == [{"port": 9400, "protocol": "TCP"}]
+    default = _named(render({"networkPolicy": {"enabled": True}}), "NetworkPolicy", "rel-xpyd-controller")[0]
+    assert default["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]

@@ -303,3 +303,18 @@ def test_roles_needing_load_names_crowded_roles_only() -> None:
     spec = make_spec(prefill=1, decode=1)
     instances = [make_instance("x-0", P), make_instance("x-1", D), make_instance("x-2", D)]
     assert roles_needing_load(spec, instances) == {D}
+
+
+@pytest.mark.parametrize("room", [1, 3, 8])
+def test_creations_are_paced_per_pass(room: int) -> None:
+    spec = PDDeploymentSpec.model_validate(
+        {
+            "model": {"name": "m"},
+            "engine": {"image": "vllm:1"},
+            "router": {"image": "r:1"},
+            "prefill": {"replicas": 512, "maxReplicas": 512},
+            "decode": {"replicas": 512, "maxReplicas": 512},
+        }
+    )
+    actions = plan(PlanInput("x", spec, [], HASHES, {}, NOW, max_creates=room))
+    assert len(actions) == room and all(isinstance(a, CreateInstance) for a in actions)

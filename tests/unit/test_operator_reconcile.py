@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from xpyd_operator.config import OperatorConfig
 from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 from xpyd_operator.reconcile import Reconciler
+from xpyd_operator.testing import EngineStub
 
 
 class MemoryKube(Kube):
@@ -44,7 +46,7 @@ class MemoryKube(Kube):
         resource_version: str,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str | None] | None = None,
-    ) -> None:
+    ) -> str | None:
         if self.conflict_on_patch:
             raise KubeError(409, "the object has been modified")
         metadata = self.pods[name]["metadata"]
@@ -55,6 +57,7 @@ class MemoryKube(Kube):
                 notes.pop(key, None)
             else:
                 notes[key] = value
+        return None
 
     def apply(self, body: dict[str, Any]) -> None:
         self.applied.append(f"{body['kind']}/{body['metadata']['name']}")
@@ -242,3 +245,135 @@ def test_a_router_that_ignores_labels_is_warned_about_once_per_generation() -> N
     assert len(warned) == 1 and "sglang-router 0.3.2 (measured)" in warned[0]
     reconciler.reconcile(body(generation=2, router=sglang))
     assert len([r for r, _ in kube.events if r == "RouterIgnoresLabels"]) == 2
+
+
+class RejectsDecodePods(MemoryKube):
+    """The API server refuses every decode pod (say, an env name it does not accept) with a 422."""
+
+    def create(self, body: dict[str, Any]) -> bool:
+        if body["metadata"]["labels"]["xpyd.dev/role"] == "decode":
+            message = f'Pod "{body["metadata"]["name"]}" is invalid: spec.containers[0].env[1].name: Invalid'
+            raise KubeError(422, json.dumps({"kind": "Status", "message": message}))
+        return super().create(body)
+
+
+def test_a_refused_object_degrades_with_one_event_while_the_rest_of_the_pass_goes_on() -> None:
+    kube = RejectsDecodePods()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    for _ in range(3):
+        reconciler.reconcile({**body(generation=4), "status": kube.status})
+        ready(kube)
+    assert sorted(kube.pods) == ["p-0"]  # the prefill instance was created (and is kept healthy)
+    assert len(kube.applied) == 4  # Services and router applied despite the refusal
+    conditions = {c["type"]: c for c in kube.status["conditions"]}
+    assert conditions["Degraded"]["status"] == "True" and conditions["Degraded"]["reason"] == "ObjectRejected"
+    assert "spec.containers[0].env[1].name" in conditions["Degraded"]["message"]
+    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["observedGeneration"] == 4
+    assert [r for r, _ in kube.events].count("ObjectRejected") == 1
+    del kube.pods["p-0"]  # self-healing goes on for the healthy sibling
+    reconciler.reconcile({**body(generation=4), "status": kube.status})
+    assert "p-0" in kube.pods or "p-1" in kube.pods
+
+
+def test_a_refused_service_is_retried_and_reported_but_pods_still_come() -> None:
+    class RejectsService(MemoryKube):
+        def apply(self, body: dict[str, Any]) -> None:
+            if body["metadata"]["name"] == "p-prefill":
+                raise KubeError(422, json.dumps({"message": 'Service "p-prefill" is invalid: spec.ports'}))
+            super().apply(body)
+
+    kube = RejectsService()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)
+    reconciler.reconcile(body())
+    reconciler.reconcile({**body(), "status": kube.status})
+    assert sorted(kube.pods) == ["p-0", "p-1"]
+    assert kube.applied.count("Service/p-decode") == 2  # not marked applied: tried again next pass
+    degraded = next(c for c in kube.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "ObjectRejected" and 'Service "p-prefill"' in degraded["message"]
+    assert [r for r, _ in kube.events].count("ObjectRejected") == 1
+
+
+def test_a_router_account_outside_the_allow_list_is_refused_and_the_rest_applied() -> None:
+    kube = MemoryKube()
+    reconciler = Reconciler(kube, OperatorConfig(router_service_accounts=("xpyd-router",)), clock=lambda: 1.0)
+    reconciler.reconcile(body(router={"image": "r", "serviceAccountName": "cluster-admin-sa"}))
+    assert "Deployment/p-router" not in kube.applied and "Service/p-prefill" in kube.applied
+    assert sorted(kube.pods) == ["p-0", "p-1"]
+    degraded = next(c for c in kube.status["conditions"] if c["type"] == "Degraded")
+    assert "spec.router.serviceAccountName='cluster-admin-sa'" in degraded["message"]
+    allowed = MemoryKube()
+    Reconciler(allowed, OperatorConfig(router_service_accounts=("xpyd-router",))).reconcile(
+        body(router={"image": "r", "serviceAccountName": "xpyd-router"})
+    )
+    assert "Deployment/p-router" in allowed.applied
+
+
+def test_an_excluded_namespace_gets_no_pods() -> None:
+    kube = MemoryKube()
+    pdd = body()
+    pdd["metadata"]["namespace"] = "kube-system"
+    assert Reconciler(kube, OperatorConfig()).reconcile(pdd) is False
+    assert not kube.pods and not kube.applied
+    assert [r for r, _ in kube.events] == ["NamespaceExcluded"]
+
+
+class CrashAfterSwitchCall(MemoryKube):
+    """Dies (like a killed operator) right after the switch POST, before recording the Verifying step."""
+
+    crash = True
+
+    def patch_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> str | None:
+        record = (annotations or {}).get("xpyd.dev/transition") or ""
+        if self.crash and '"step":"Verifying"' in record:
+            raise RuntimeError("operator killed")
+        return super().patch_pod(namespace, name, resource_version, labels, annotations)
+
+
+def test_http_switch_is_sent_once_across_an_operator_crash_mid_call() -> None:
+    kube = CrashAfterSwitchCall()
+    now = [100.0]
+    sglang = {"engine": {"image": "i", "type": "sglang"}, "conversion": {"drainTimeoutSeconds": 5}}
+    config = OperatorConfig(probe_pod_ip=False)
+    with EngineStub() as stub:
+        reconciler = Reconciler(kube, config, clock=lambda: now[0])
+        reconciler.reconcile(body(prefill={"replicas": 1}, decode={"replicas": 2}, **sglang))
+        ready(kube)
+        for name, pod in kube.pods.items():
+            pod["metadata"].setdefault("annotations", {})["xpyd.dev/engine-url"] = stub.url(name)
+            stub.roles[name] = pod["metadata"]["labels"]["xpyd.dev/role"]
+        converting = body(generation=2, prefill={"replicas": 2}, decode={"replicas": 1}, **sglang)
+        reconciler.reconcile(converting)  # Draining
+        now[0] += 6
+        reconciler.reconcile(converting)  # drain timed out: Switching
+        with pytest.raises(RuntimeError, match="killed"):
+            reconciler.reconcile(converting)  # intent recorded, POST sent, operator dies
+        assert len(stub.switch_calls) == 1
+        kube.crash = False
+        restarted = Reconciler(kube, config, clock=lambda: now[0])  # a fresh operator process
+        restarted.reconcile({**converting, "status": kube.status})  # asks the engine, does not resend
+        restarted.reconcile({**converting, "status": kube.status})  # Verifying -> relabel
+        assert len(stub.switch_calls) == 1
+        assert [m for r, m in kube.events if r == "Converted"]
+
+
+def test_a_pass_acts_on_the_stored_object_not_on_a_stale_watch_copy() -> None:
+    class Stored(MemoryKube):
+        stored: dict[str, Any] | None = None
+
+        def get_pdd(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return self.stored
+
+    kube = Stored()
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 1.0)
+    kube.stored = body(generation=2, prefill={"replicas": 3})
+    reconciler.reconcile_latest(body(generation=1))  # the watch still shows generation 1
+    assert len(kube.pods) == 4 and kube.status["observedGeneration"] == 2
+    kube.stored = None  # deleted meanwhile: nothing is done
+    assert reconciler.reconcile_latest(body(generation=1)) is False and len(kube.pods) == 4

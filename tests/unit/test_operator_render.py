@@ -185,3 +185,53 @@ def test_router_kv_connector_only_for_vllm_router_and_vllm_and_not_twice() -> No
     assert "--kv-connector" not in render.router_args(make_pdd(engine={"type": "sglang"}))
     given = render.router_args(make_pdd(router={"args": ["--kv-connector", "mooncake"]}))
     assert given.count("--kv-connector") == 1 and flag(given, "--kv-connector") == "mooncake"
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_instance_and_router_pods_are_restricted_and_instances_carry_no_token() -> None:
+    pdd = make_pdd()
+    pod = render.instance_pod(pdd, Role.DECODE, "x-0")["spec"]
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert pod["securityContext"] == RESTRICTED_POD
+    assert pod["containers"][0]["securityContext"] == RESTRICTED_CONTAINER
+    deployment = render.router_deployment(pdd)
+    assert deployment is not None
+    router = deployment["spec"]["template"]["spec"]
+    assert router["securityContext"] == RESTRICTED_POD  # keeps its token: it lists pods for discovery
+    assert router["containers"][0]["securityContext"] == RESTRICTED_CONTAINER
+
+
+def test_security_overrides_for_root_gpu_images_and_rdma() -> None:
+    security = {"runAsNonRoot": False, "runAsUser": 0, "addCapabilities": ["IPC_LOCK"]}
+    pod = render.instance_pod(make_pdd(engine={"image": "vllm:1", "security": security}), Role.PREFILL, "x-0")
+    assert (
+        pod["spec"]["securityContext"]["runAsNonRoot"] is False
+        and pod["spec"]["securityContext"]["runAsUser"] == 0
+    )
+    capabilities = pod["spec"]["containers"][0]["securityContext"]["capabilities"]
+    assert capabilities == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+
+
+def test_secrets_reach_the_engine_only_by_name_and_key_from_secret_env() -> None:
+    engine = {
+        "image": "vllm:1",
+        "env": [{"name": "A", "value": "1"}],
+        "secretEnv": [{"name": "HF_TOKEN", "secretName": "hub", "key": "token"}],
+    }
+    env = render.instance_pod(make_pdd(engine=engine), Role.PREFILL, "x-0")["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] in ("A", "HF_TOKEN")] == [
+        {"name": "A", "value": "1"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}},
+    ]
+    smuggled = make_pdd(
+        engine={"image": "v", "env": [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "x"}}}]}
+    )
+    smuggled_env = render.instance_pod(smuggled, Role.PREFILL, "x-0")["spec"]["containers"][0]["env"]
+    assert [e for e in smuggled_env if e["name"] == "B"] == [{"name": "B", "value": ""}]

@@ -63,6 +63,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* Router ServiceAccounts the operator allows (comma-separated): the chart's own, then the extra ones. */}}
+{{- define "xpyd.routerAccounts" -}}
+{{- $accounts := list }}
+{{- if .Values.routerAccess.enabled }}
+{{- $accounts = append $accounts .Values.routerAccess.serviceAccountName }}
+{{- end }}
+{{- join "," (uniq (concat $accounts .Values.operator.allowedRouterServiceAccounts)) }}
+{{- end }}
+
 {{/* The scope flags of both processes: --all-namespaces, or one --namespace per watched namespace. */}}
 {{- define "xpyd.scopeArgs" -}}
 {{- if eq .Values.watch.mode "AllNamespaces" }}

@@ -39,6 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, default=9400, help="port of the controller's own /metrics (9400; 0 = off)"
     )
     parser.add_argument("--metrics-address", default="0.0.0.0", help="address /metrics listens on (0.0.0.0)")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=0,
+        help="port of /healthz (the loop completes passes) and /readyz (it completed one) (0 = off)",
+    )
+    parser.add_argument(
+        "--prometheus-allow",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="Prometheus URL prefix a PDDeployment may name (repeatable; none = any URL that is not "
+        "link-local or a cloud metadata address)",
+    )
     elect = parser.add_mutually_exclusive_group()
     elect.add_argument(
         "--leader-elect",

@@ -19,6 +19,7 @@ from xpyd_controller.cli_controller import DESCRIPTION, add_arguments
 from xpyd_controller.control.lease import LeaderElector
 from xpyd_controller.control.loop import Controller, Settings
 from xpyd_controller.control.status import DecisionRecord
+from xpyd_controller.health import LoopHealth, serve_health
 from xpyd_controller.k8s.cluster import ControllerCluster, connect
 from xpyd_controller.metrics.prometheus import PrometheusSource
 from xpyd_controller.metrics.promql import LabelNames
@@ -26,18 +27,22 @@ from xpyd_controller.telemetry import PrometheusTelemetry
 
 logger = logging.getLogger("xpyd_controller")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# A loop that finished no pass for this long (or 10 ticks, if longer) is wedged: /healthz fails.
+STALE_AFTER_SECONDS = 60.0
 
 
-class _Sources:
-    """One PrometheusSource per URL, reused across passes (each keeps its HTTP session)."""
+class PrometheusSources:
+    """One PrometheusSource per URL and decision thread, reused across passes (each keeps its HTTP
+    session and its own `last_error`, so two tenants deciding at once never see each other's)."""
 
     def __init__(self) -> None:
-        self._by_url: dict[str, PrometheusSource] = {}
+        self._by_key: dict[tuple[str, int], PrometheusSource] = {}
 
     def __call__(self, url: str) -> PrometheusSource:
-        if url not in self._by_url:
-            self._by_url[url] = PrometheusSource(url)
-        return self._by_url[url]
+        key = (url, threading.get_ident())
+        if key not in self._by_key:
+            self._by_key[key] = PrometheusSource(url)
+        return self._by_key[key]
 
 
 def _lease_namespace(args: argparse.Namespace) -> str:
@@ -65,9 +70,16 @@ def run(args: argparse.Namespace) -> int:
     if not args.namespace and not args.all_namespaces:
         print("xpyd controller: give --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 2
+    identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
     try:
         labels = LabelNames(args.label_namespace, args.label_pdd, args.label_role)
-        settings = Settings(policy=args.policy, window_s=args.rate_window, labels=labels)
+        settings = Settings(
+            policy=args.policy,
+            window_s=args.rate_window,
+            labels=labels,
+            prometheus_allow=tuple(args.prometheus_allow),
+            identity=identity,
+        )
         api = connect(args.kubeconfig)
     except ValueError as error:
         print(f"xpyd controller: {error}", file=sys.stderr)
@@ -76,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     telemetry = PrometheusTelemetry()
     if args.metrics_port:
         telemetry.serve(args.metrics_port, args.metrics_address)
-    controller = Controller(cluster, _Sources(), telemetry, settings)
-    identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
+    health = LoopHealth(max(STALE_AFTER_SECONDS, 10 * args.tick))
+    if args.health_port:
+        serve_health(health, args.health_port, args.metrics_address)
+    controller = Controller(cluster, PrometheusSources(), telemetry, settings)
     elector = (
         LeaderElector(cluster, _lease_namespace(args), args.lease_name, identity, args.lease_duration)
         if args.leader_elect
@@ -96,13 +110,16 @@ def run(args: argparse.Namespace) -> int:
                 leading = elector.try_lead(time.time()) if elector else True
                 telemetry.set_leader(leading)
                 if leading:
-                    for record in controller.run_pass(time.time()):
+                    # --once waits for its decisions; the loop harvests them on the next tick, so
+                    # a tenant whose Prometheus hangs never holds up the others' passes
+                    for record in controller.run_pass(time.time(), wait_s=None if args.once else 0.0):
                         logger.info("decision: %s", _summary(record))
                         if args.once:
                             print(_summary(record))
             except Exception:  # the API server or the Lease hiccuped: try again next tick
                 logger.exception("pass failed")
             telemetry.record_pass(time.monotonic() - started)
+            health.pass_done()
             if args.once:
                 break
             stop.wait(args.tick)

@@ -7,6 +7,7 @@ rules repeat the CRD's CEL rules: a clear error here beats a confusing failure l
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any
 
@@ -49,6 +50,12 @@ class SwitchMethod(StrEnum):
     ROUTING = "Routing"
     HTTP = "HTTP"
     RESTART = "Restart"
+
+
+# The most instances of one role (and the most surge or unavailability) a PDDeployment may ask for: far
+# above any real pool, low enough that one object cannot make the operator plan a billion pods.
+MAX_REPLICAS = 512
+MAX_ROUTER_REPLICAS = 64
 
 
 class AutoscalingMode(StrEnum):
@@ -94,6 +101,36 @@ class SloSpec(_Model):
     transfer_budget_seconds: float | None = Field(default=None, ge=0)
 
 
+class EnvVar(_Model):
+    """An environment variable with a literal value (never a reference: see SecretEnvVar)."""
+
+    name: str = Field(min_length=1)
+    value: str = ""
+
+
+class SecretEnvVar(_Model):
+    """An environment variable read from one key of a Secret in the PDDeployment's namespace."""
+
+    name: str = Field(min_length=1)
+    secret_name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
+class Capability(StrEnum):
+    IPC_LOCK = "IPC_LOCK"
+    SYS_RESOURCE = "SYS_RESOURCE"
+
+
+class SecuritySpec(_Model):
+    """Overrides of the restricted security context every pod gets (see render.security_context)."""
+
+    run_as_non_root: bool = True
+    run_as_user: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    run_as_group: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    fs_group: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    add_capabilities: tuple[Capability, ...] = ()
+
+
 class EngineSpec(_Model):
     type: EngineType = EngineType.VLLM
     image: str = Field(min_length=1)
@@ -101,7 +138,9 @@ class EngineSpec(_Model):
     args: tuple[str, ...] = ()
     port: int = Field(default=8000, ge=1, le=65535)
     kv_connector: str | None = None
-    env: tuple[dict[str, Any], ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    secret_env: tuple[SecretEnvVar, ...] = ()
+    security: SecuritySpec = SecuritySpec()
 
 
 class ResourcesSpec(_Model):
@@ -114,28 +153,31 @@ class ResourcesSpec(_Model):
 class PoolSpec(_Model):
     """One role's pool: how many instances and the parts of their pod template."""
 
-    replicas: int = Field(default=1, ge=0)
-    min_replicas: int = Field(default=0, ge=0)
-    max_replicas: int = Field(default=64, ge=0)
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    min_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(default=64, ge=0, le=MAX_REPLICAS)
     gpus_per_instance: int = Field(default=1, ge=1, le=64)
     args: tuple[str, ...] = ()
     resources: ResourcesSpec = ResourcesSpec()
-    env: tuple[dict[str, Any], ...] = ()
+    env: tuple[EnvVar, ...] = ()
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
     affinity: dict[str, Any] | None = None  # this role only; replaces spec.affinity
 
     def scheduling_key(self) -> tuple[Any, ...]:
-        """What decides where an instance can run (besides affinity); equal keys make two roles convertible."""
-        return (self.gpus_per_instance, self.resources, self.node_selector, self.tolerations)
+        """What decides where an instance can run (besides affinity); equal keys make two roles convertible.
+        Tolerations count as a set, as the CRD's rule compares them (order and repeats place nothing)."""
+        tolerations = frozenset(json.dumps(t, sort_keys=True) for t in self.tolerations)
+        return (self.gpus_per_instance, self.resources, self.node_selector, tolerations)
 
 
 class RouterSpec(_Model):
     type: RouterType = RouterType.VLLM_ROUTER
-    image: str | None = None
-    replicas: int = Field(default=1, ge=0)
+    image: str | None = Field(default=None, min_length=1)
+    replicas: int = Field(default=1, ge=0, le=MAX_ROUTER_REPLICAS)
     port: int = Field(default=8000, ge=1, le=65535)
     args: tuple[str, ...] = ()
+    security: SecuritySpec = SecuritySpec()
     service_account_name: str | None = None
 
 
@@ -143,12 +185,12 @@ class ConversionSpec(_Model):
     enabled: bool = True
     drain_timeout_seconds: float = Field(default=60.0, gt=0)
     switch_method: SwitchMethod = SwitchMethod.AUTO
-    switch_path: str = "/pd_role_switch"
+    switch_path: str = Field(default="/pd_role_switch", pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path
 
 
 class RolloutSpec(_Model):
-    max_surge: int = Field(default=1, ge=0)
-    max_unavailable: int = Field(default=0, ge=0)
+    max_surge: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max_unavailable: int = Field(default=0, ge=0, le=MAX_REPLICAS)
 
 
 class PrometheusRef(_Model):

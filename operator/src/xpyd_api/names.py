@@ -77,3 +77,5 @@ class Reason(StrEnum):
     CONVERSION_STEP = "ConversionStep"
     SWITCH_FAILED = "SwitchFailed"
     ROUTER_IGNORES_LABELS = "RouterIgnoresLabels"
+    OBJECT_REJECTED = "ObjectRejected"  # the API server refused a rendered object (4xx)
+    NAMESPACE_EXCLUDED = "NamespaceExcluded"  # the operator serves no PDDeployment in this namespace

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from xpyd_operator.plan.scaling import DEFAULT_MAX_CREATES_PER_PASS
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
@@ -20,6 +22,13 @@ class OperatorConfig:
     engine_timeout_seconds: float = 2.0
     # Longest wait for a pod being recreated by a Restart switch to disappear.
     restart_wait_seconds: float = 60.0
+    # Most instance pods one reconcile pass creates (both roles); the next pass creates more.
+    max_creates_per_pass: int = DEFAULT_MAX_CREATES_PER_PASS
+    # Service accounts a PDDeployment may give its router (spec.router.serviceAccountName); the chart
+    # sets the one it creates. Any other name is refused: a tenant must not borrow another account.
+    router_service_accounts: tuple[str, ...] = ()
+    # Namespaces whose PDDeployments are refused (an all-namespaces operator never creates pods there).
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
 
     @staticmethod
     def from_env(env: Mapping[str, str] = os.environ) -> OperatorConfig:
@@ -37,6 +46,20 @@ class OperatorConfig:
                 raise ValueError(f"{key}={raw!r} must be greater than 0")
             return value
 
+        def count(key: str, default: int) -> int:
+            raw = env.get(key)
+            if raw is None:
+                return default
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(f"{key}={raw!r} must be a whole number of at least 1")
+            return int(raw)
+
+        def names(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+            raw = env.get(key)
+            if raw is None:
+                return default
+            return tuple(name.strip() for name in raw.split(",") if name.strip())
+
         probe = env.get("XPYD_PROBE_POD_IP", "true").lower()
         if probe not in ("true", "false"):
             raise ValueError(f"XPYD_PROBE_POD_IP={probe!r} must be true or false")
@@ -48,4 +71,7 @@ class OperatorConfig:
                 "XPYD_ENGINE_TIMEOUT_SECONDS", OperatorConfig.engine_timeout_seconds
             ),
             restart_wait_seconds=number("XPYD_RESTART_WAIT_SECONDS", OperatorConfig.restart_wait_seconds),
+            max_creates_per_pass=count("XPYD_MAX_CREATES_PER_PASS", OperatorConfig.max_creates_per_pass),
+            router_service_accounts=names("XPYD_ROUTER_SERVICE_ACCOUNTS", ()),
+            excluded_namespaces=names("XPYD_EXCLUDED_NAMESPACES", OperatorConfig.excluded_namespaces),
         )

@@ -68,7 +68,7 @@ async def reconcile_loop(
         while not stopped:
             wakeup.clear()
             try:
-                busy = await asyncio.to_thread(reconciler.reconcile, dict(body))
+                busy = await asyncio.to_thread(reconciler.reconcile_latest, dict(body))
                 delay = config.active_poll_seconds if busy else config.resync_seconds
             except Exception:
                 logger.exception("reconcile failed; retrying in %.0fs", TEMPORARY_ERROR_DELAY_SECONDS)

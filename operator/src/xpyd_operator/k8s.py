@@ -8,6 +8,7 @@ every change to an instance, so a stale view can never act twice.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +38,22 @@ class KubeError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.detail = _status_message(message)
+
+    @property
+    def rejected(self) -> bool:
+        """The API server refused the request itself (4xx other than a conflict): retrying cannot help."""
+        return 400 <= self.status < 500 and self.status != 409
+
+
+def _status_message(body: str) -> str:
+    """The `message` of a metav1.Status body (it names the object and the field), else the body."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body
+    message = parsed.get("message") if isinstance(parsed, dict) else None
+    return str(message) if message else body
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,17 @@ class ObjectRef:
     name: str
     namespace: str
     uid: str
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or ±Inf float (at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
 
 
 def connect() -> client.ApiClient:
@@ -127,17 +155,20 @@ class Kube:
         resource_version: str,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str | None] | None = None,
-    ) -> None:
-        """Merge-patch labels/annotations (None removes one); 409 if the pod changed since it was read."""
+    ) -> str | None:
+        """Merge-patch labels/annotations (None removes one); 409 if the pod changed since it was read.
+        Returns the pod's new resourceVersion (for a second guarded patch in the same pass)."""
         metadata: dict[str, Any] = {"resourceVersion": resource_version}
         if labels:
             metadata["labels"] = dict(labels)
         if annotations:
             metadata["annotations"] = dict(annotations)
         body = {"metadata": metadata}
-        self._call(
+        patched = self._call(
             "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body, "application/merge-patch+json"
         )
+        version = ((patched or {}).get("metadata") or {}).get("resourceVersion")
+        return str(version) if version else None
 
     # --- services, router, status, events -------------------------------------------------------
 
@@ -179,9 +210,23 @@ class Kube:
             raise
         return int((deployment.get("status") or {}).get("readyReplicas") or 0)
 
+    def get_pdd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The PDDeployment as stored now (None once it is gone): a quorum read, not a watch cache."""
+        try:
+            body: dict[str, Any] = self._call(
+                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+        return body
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch status; a non-finite number becomes null (JSON has no NaN: the API server would
+        refuse the whole patch and leave the status stale)."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
-        self._call("PATCH", path, {"status": status}, "application/merge-patch+json")
+        self._call("PATCH", path, {"status": finite(status)}, "application/merge-patch+json")
 
     def event(self, about: ObjectRef, reason: str, message: str, warning: bool = False) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,11 +1,14 @@
 """The imperative shell around the pure plan: observe, plan, act, report. One call = one reconcile pass.
 
 Every action is idempotent or guarded by a precondition (resourceVersion, uid), so a pass interrupted at
-any point (crash, conflict, operator restart) is finished by the next pass and never done twice.
+any point (crash, conflict, operator restart) is finished by the next pass and never done twice. An
+object the API server refuses (a 4xx from a rendered Service, Deployment or Pod) stops only that object:
+the rest of the pass goes on, and status says Degraded/ObjectRejected with the server's message.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -55,6 +58,8 @@ class Reconciler:
     _reported_flags: dict[str, str] = field(default_factory=dict)
     # uid -> restarts in progress (mirrors status.pendingRestarts, read at the start of every pass).
     _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # uid -> (generation, message) of the rejected objects last reported (one Warning Event per change).
+    _reported_rejected: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     def reconcile(self, body: Mapping[str, Any]) -> bool:
         """One pass; returns True while work is in progress (the caller then polls quickly)."""
@@ -63,7 +68,11 @@ class Reconciler:
         except SpecError as error:
             self._report_blocked(body, Reason.INVALID_SPEC, str(error))
             return False
-        self._apply_owned(pdd)
+        if pdd.namespace in self.config.excluded_namespaces:
+            message = f"namespace {pdd.namespace} is excluded from this operator (XPYD_EXCLUDED_NAMESPACES)"
+            self._report_blocked(body, Reason.NAMESPACE_EXCLUDED, message)
+            return False
+        rejected = self._apply_owned(pdd)
         self._pending[pdd.uid] = list((body.get("status") or {}).get("pendingRestarts") or [])
         self._resume_restarts(pdd)
         try:
@@ -73,14 +82,27 @@ class Reconciler:
             return False
         hashes = {role: render.template_hash(pdd.spec, role) for role in Role}
         in_flight = self._read_loads(pdd, instances)
-        actions = plan(PlanInput(pdd.name, pdd.spec, instances, hashes, in_flight, self.clock()))
+        actions = plan(
+            PlanInput(
+                pdd.name,
+                pdd.spec,
+                instances,
+                hashes,
+                in_flight,
+                self.clock(),
+                self.config.max_creates_per_pass,
+            )
+        )
         for action in actions:
             try:
                 self._execute(pdd, action)
             except KubeError as error:
-                if error.status != 409:  # a conflict means our view was stale: the next pass sees more
+                if error.rejected:
+                    rejected.append(error.detail)
+                elif error.status == 409:  # a conflict means our view was stale: the next pass sees more
+                    log.info("conflict on %s; retrying next pass", action)
+                else:
                     raise
-                log.info("conflict on %s; retrying next pass", action)
         if actions:
             instances = self._observe(pdd)
         status = compute_status(
@@ -92,20 +114,38 @@ class Reconciler:
                 router_ready_replicas=self.kube.router_ready_replicas(pdd.namespace, f"{pdd.name}-router"),
                 previous_conditions=(body.get("status") or {}).get("conditions") or [],
                 now=self.clock(),
+                rejected=sorted(set(rejected)),
             )
         )
         self._write_status(pdd, body, status)
         self._report_unsupported_flags(pdd, status)
+        self._report_rejected(pdd, sorted(set(rejected)))
         progressing = any(
             c["type"] == ConditionType.PROGRESSING and c["status"] == "True" for c in status["conditions"]
         )
         return bool(actions) or progressing
+
+    def reconcile_latest(self, cached: Mapping[str, Any]) -> bool:
+        """One pass on the object as the API server has it now, not as the watch last delivered it.
+
+        After an apiserver or etcd outage a watch can lag for a long time (61 s was measured) while
+        reconcile passes keep running; reading the object first bounds acting on a stale spec to one
+        pass interval. A 404 means it is gone: nothing to do (Kopf's deletion handling follows).
+        """
+        metadata = cached.get("metadata") or {}
+        fresh = self.kube.get_pdd(metadata.get("namespace", ""), metadata.get("name", ""))
+        if fresh is None:
+            return False
+        if (fresh.get("metadata") or {}).get("uid") != metadata.get("uid"):
+            return False  # deleted and recreated under the same name: its own daemon serves it
+        return self.reconcile(fresh)
 
     def forget(self, uid: str) -> None:
         self._applied.pop(uid, None)
         self._pending.pop(uid, None)
         self._reported_blocked.pop(uid, None)
         self._reported_flags.pop(uid, None)
+        self._reported_rejected.pop(uid, None)
 
     # --- observe ---------------------------------------------------------------------------------
 
@@ -133,21 +173,39 @@ class Reconciler:
 
     # --- act -------------------------------------------------------------------------------------
 
-    def _apply_owned(self, pdd: PDDeployment) -> None:
+    def _apply_owned(self, pdd: PDDeployment) -> list[str]:
+        """Apply the Services and the router; returns what the API server refused (retried next pass)."""
         if self._applied.get(pdd.uid) == pdd.generation:
-            return
+            return []
         if problem := router_label_problem(pdd.spec):  # once per generation, like the apply itself
             self._event(pdd, Reason.ROUTER_IGNORES_LABELS, problem, warning=True)
-        for role in Role:
-            self.kube.apply(render.role_service(pdd, role))
         deployment = render.router_deployment(pdd)
         service = render.router_service(pdd)
-        if deployment and service:
-            self.kube.apply(deployment)
-            self.kube.apply(service)
-        else:
+        owned = [render.role_service(pdd, role) for role in Role]
+        rejected = []
+        account = pdd.spec.router.service_account_name
+        if deployment and account and account not in self.config.router_service_accounts:
+            allowed = ", ".join(self.config.router_service_accounts) or "none configured"
+            rejected.append(
+                f"spec.router.serviceAccountName={account!r} is not a router account this operator allows "
+                f"({allowed}); the router Deployment is not applied"
+            )
+        elif deployment:
+            owned.append(deployment)
+        if service:
+            owned.append(service)
+        for body in owned:
+            try:
+                self.kube.apply(body)
+            except KubeError as error:
+                if not error.rejected:
+                    raise
+                rejected.append(error.detail)
+        if not (deployment and service):
             self.kube.delete_router(pdd.namespace, f"{pdd.name}-router")
-        self._applied[pdd.uid] = pdd.generation
+        if not rejected:
+            self._applied[pdd.uid] = pdd.generation
+        return rejected
 
     def _event(self, pdd: PDDeployment, reason: str, message: str, warning: bool = False) -> None:
         try:
@@ -204,19 +262,48 @@ class Reconciler:
         if method is SwitchMethod.RESTART:
             self._restart_as(pdd, instance, target, verifying.to_json())
             return
+        version = instance.resource_version
         if method is SwitchMethod.HTTP:
-            base = engine_client.base_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
-            try:
-                if base is None:
-                    raise engine_client.EngineError(f"{instance.name} has no reachable engine URL")
-                url = base + pdd.spec.conversion.switch_path
-                settings = self._decode_graph_settings(pdd) if target is Role.DECODE else {}
-                engine_client.switch_role(url, target, self.config.engine_timeout_seconds, settings)
-            except engine_client.EngineError as error:
-                self._event(pdd, Reason.SWITCH_FAILED, f"{instance.name}: {error}", warning=True)
+            sent = self._switch_http(pdd, instance, target)
+            if sent is None:
                 return
+            version = sent
         annotations = {ANNOTATION_TRANSITION: verifying.to_json()}
-        self.kube.patch_pod(pdd.namespace, instance.name, instance.resource_version, annotations=annotations)
+        self.kube.patch_pod(pdd.namespace, instance.name, version, annotations=annotations)
+
+    def _switch_http(self, pdd: PDDeployment, instance: Instance, target: Role) -> str | None:
+        """POST the switch at most once per need: the intent is recorded on the pod first, and a
+        recorded intent (a crash after or during the call) is checked against the engine's reported
+        role before the call is repeated. Returns the pod's resourceVersion once the engine has (or is
+        asked for) the role; None to try again next pass."""
+        transition = instance.transition
+        assert transition is not None
+        base = engine_client.base_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
+        if base is None:
+            self._event(pdd, Reason.SWITCH_FAILED, f"{instance.name} has no reachable engine URL", True)
+            return None
+        timeout = self.config.engine_timeout_seconds
+        if transition.switch_sent is not None:
+            reported = engine_client.reported_role(f"{base}/server_info", timeout)
+            if reported == str(target):
+                log.info("%s already reports %s: the earlier switch call took effect", instance.name, target)
+                return instance.resource_version
+            if reported is None:
+                return None  # cannot tell whether the call arrived: ask again next pass, never resend blind
+        intent = dataclasses.replace(transition, switch_sent=self.clock())
+        version = self.kube.patch_pod(
+            pdd.namespace,
+            instance.name,
+            instance.resource_version,
+            annotations={ANNOTATION_TRANSITION: intent.to_json()},
+        )
+        settings = self._decode_graph_settings(pdd) if target is Role.DECODE else {}
+        try:
+            engine_client.switch_role(base + pdd.spec.conversion.switch_path, target, timeout, settings)
+        except engine_client.EngineError as error:
+            self._event(pdd, Reason.SWITCH_FAILED, f"{instance.name}: {error}", warning=True)
+            return None
+        return version or instance.resource_version
 
     def _decode_graph_settings(self, pdd: PDDeployment) -> dict[str, Any]:
         """The decode graph settings a serving decode peer reports (what its switch to decode reserved),
@@ -336,6 +423,16 @@ class Reconciler:
             if self._reported_flags.get(pdd.uid) != condition["message"]:
                 self._event(pdd, Reason.ENGINE_FLAG_UNSUPPORTED, condition["message"], warning=True)
                 self._reported_flags[pdd.uid] = condition["message"]
+
+    def _report_rejected(self, pdd: PDDeployment, rejected: list[str]) -> None:
+        """One Warning Event per new set of refused objects (not one per pass)."""
+        if not rejected:
+            self._reported_rejected.pop(pdd.uid, None)
+            return
+        message = "; ".join(rejected)
+        if self._reported_rejected.get(pdd.uid) != (pdd.generation, message):
+            self._event(pdd, Reason.OBJECT_REJECTED, message, warning=True)
+            self._reported_rejected[pdd.uid] = (pdd.generation, message)
 
     def _report_blocked(self, body: Mapping[str, Any], reason: str, message: str) -> None:
         metadata = body.get("metadata") or {}

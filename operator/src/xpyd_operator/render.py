@@ -18,6 +18,7 @@ from xpyd_api.models import (
     PDDeployment,
     PDDeploymentSpec,
     RouterType,
+    SecuritySpec,
     SwitchMethod,
 )
 from xpyd_api.names import (
@@ -122,9 +123,34 @@ def _uses_nixl(spec: PDDeploymentSpec) -> bool:
     return spec.engine.type is EngineType.VLLM and spec.vllm_connector == NIXL_CONNECTOR
 
 
+def pod_security_context(security: SecuritySpec) -> dict[str, Any]:
+    """Pod-level part of the restricted profile: non-root (unless overridden), seccomp RuntimeDefault."""
+    context: dict[str, Any] = {
+        "runAsNonRoot": security.run_as_non_root,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    for key, value in (
+        ("runAsUser", security.run_as_user),
+        ("runAsGroup", security.run_as_group),
+        ("fsGroup", security.fs_group),
+    ):
+        if value is not None:
+            context[key] = value
+    return context
+
+
+def container_security_context(security: SecuritySpec) -> dict[str, Any]:
+    """Container-level part: no privilege escalation, every capability dropped but the allowed adds."""
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if security.add_capabilities:
+        capabilities["add"] = [str(c) for c in security.add_capabilities]
+    return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": capabilities}
+
+
 def engine_env(spec: PDDeploymentSpec, role: Role) -> list[dict[str, Any]]:
     """The engine's environment: the role (downward API from the label), NIXL's side channel on the pod
-    IP (vLLM with NixlConnector), then the user's; a name the user sets replaces the rendered one."""
+    IP (vLLM with NixlConnector), then the user's literal variables (a name the user sets replaces the
+    rendered one), then those read from Secrets by name and key (spec.engine.secretEnv)."""
     pool = spec.pool(role)
     rendered: list[dict[str, Any]] = [
         {"name": ROLE_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_ROLE}']"}}}
@@ -134,9 +160,13 @@ def engine_env(spec: PDDeploymentSpec, role: Role) -> list[dict[str, Any]]:
             {"name": NIXL_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": NIXL_PORT_ENV, "value": str(NIXL_SIDE_CHANNEL_PORT)},
         ]
-    users = [*spec.engine.env, *pool.env]
-    overridden = {entry.get("name") for entry in users}
-    return [entry for entry in rendered if entry["name"] not in overridden] + users
+    users = [{"name": var.name, "value": var.value} for var in (*spec.engine.env, *pool.env)]
+    secret = [
+        {"name": var.name, "valueFrom": {"secretKeyRef": {"name": var.secret_name, "key": var.key}}}
+        for var in spec.engine.secret_env
+    ]
+    overridden = {entry["name"] for entry in users + secret}
+    return [entry for entry in rendered if entry["name"] not in overridden] + users + secret
 
 
 def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
@@ -159,8 +189,15 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
         "resources": _resources(spec, role),
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security_context(spec.engine.security),
     }
-    pod_spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Always"}
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "restartPolicy": "Always",
+        # engines never call the Kubernetes API: no token in the pod for a compromised engine to use
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(spec.engine.security),
+    }
     if pool.node_selector:
         pod_spec["nodeSelector"] = dict(pool.node_selector)
     if pool.tolerations:
@@ -295,8 +332,11 @@ def router_deployment(pdd: PDDeployment) -> dict[str, Any] | None:
                     {"name": "http", "containerPort": router.port, "protocol": "TCP"},
                     {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"},
                 ],
+                "securityContext": container_security_context(router.security),
             }
-        ]
+        ],
+        # the router keeps its service-account token: it lists pods for service discovery
+        "securityContext": pod_security_context(router.security),
     }
     if router.service_account_name:
         pod_spec["serviceAccountName"] = router.service_account_name

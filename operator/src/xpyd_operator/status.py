@@ -51,6 +51,7 @@ class StatusInput:
     router_ready_replicas: int
     previous_conditions: Sequence[Mapping[str, Any]]
     now: float
+    rejected: Sequence[str] = ()  # objects the API server refused this pass, each with its message
 
 
 # Routers measured not to act on relabels (tests/integration/test_router_events.py, docs/operator.md):
@@ -129,7 +130,10 @@ def compute_status(inp: StatusInput) -> dict[str, Any]:
     router_ok = not router_wanted or inp.router_ready_replicas >= 1
 
     short = [f"{role} {p['ready']}/{p['desired']}" for role, p in pools.items() if p["ready"] < p["desired"]]
-    if short:
+    rejected = "; ".join(inp.rejected)
+    if rejected:  # the spec renders objects the API server refuses: never Ready at this generation
+        ready = condition(ConditionType.READY, False, Reason.OBJECT_REJECTED, rejected)
+    elif short:
         ready = condition(
             ConditionType.READY, False, Reason.INSTANCES_NOT_READY, "not ready: " + ", ".join(short)
         )
@@ -165,7 +169,9 @@ def compute_status(inp: StatusInput) -> dict[str, Any]:
         )
 
     unsupported = unsupported_flags_message(inp.spec.engine.image, inp.instances)
-    if unsupported:
+    if rejected:
+        degraded = condition(ConditionType.DEGRADED, True, Reason.OBJECT_REJECTED, rejected)
+    elif unsupported:
         degraded = condition(ConditionType.DEGRADED, True, Reason.ENGINE_FLAG_UNSUPPORTED, unsupported)
     elif failed:
         degraded = condition(

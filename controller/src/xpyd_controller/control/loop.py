@@ -5,13 +5,26 @@ driven live by the Kubernetes and Prometheus adapters.
 One policy instance per PDDeployment uid keeps its stabilisation windows across passes; it is rebuilt
 only when the spec's model, hardware, SLOs or autoscaling knobs change. When no signal has data
 (Prometheus unreachable, or no series match) the decision holds: desired stays what the spec says.
+
+Tenants are isolated: each PDDeployment's decision runs on a worker thread of its own, at most one in
+flight per object, so a Prometheus that never answers delays only the PDDeployments that point at it
+(and its adapter spends at most a per-tenant time budget per decision). Prometheus URLs are checked
+before any request: http(s) only, no link-local or cloud-metadata address, and within the allow-list
+when one is configured.
+
+Finite or nothing: an implausible metric value (NaN, ±Inf, 1e308, beyond physical bounds) is missing
+data, and while any input was discarded the decision may grow a pool but never shrink one; a policy
+answer that is not a whole number in range is no answer (hold). Nothing non-finite reaches the status.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,8 +32,20 @@ from xpyd_api.models import AutoscalingMode, PDDeployment, SpecError, parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.control.pools import pool_states
 from xpyd_controller.control.setup import limits, policy_context
-from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch, timestamp
-from xpyd_controller.metrics.observation import build_observation, missing_signals
+from xpyd_controller.control.status import (
+    DecisionRecord,
+    parse_timestamp,
+    render_autoscaler,
+    replacing_patch,
+    timestamp,
+)
+from xpyd_controller.metrics.endpoints import url_problem
+from xpyd_controller.metrics.observation import (
+    build_observation,
+    implausible_signals,
+    missing_signals,
+    sanitized,
+)
 from xpyd_controller.metrics.promql import (
     ENGINE_METRICS,
     ROUTER_METRICS,
@@ -40,11 +65,14 @@ EVENT_SCALE = "ScaleDecision"
 EVENT_NO_METRICS = "MetricsUnavailable"
 EVENT_INVALID = "InvalidAutoscaling"
 EVENT_UNSUPPORTED = "UnsupportedField"
+EVENT_CONCURRENT = "ConcurrentDeciders"
 BEARER_UNSUPPORTED = (
     "spec.autoscaling.prometheus.bearerTokenSecretRef is set but not supported yet: "
     "Prometheus is queried without a token"
 )
 HOLD_NO_METRICS = "NoMetricsHold"
+HOLD_IMPLAUSIBLE = "ImplausibleInputsNoScaleDown"
+HOLD_BAD_ANSWER = "PolicyAnswerRejected"
 
 
 class ClusterPort(Protocol):
@@ -77,11 +105,16 @@ class Telemetry(Protocol):
     def forget(self, namespace: str, name: str) -> None: ...
 
 
+DEFAULT_WORKERS = 32
+
+
 @dataclass(frozen=True)
 class Settings:
     policy: str = "xpyd"
     window_s: float = 60.0  # rate window of the PromQL queries
     labels: LabelNames = field(default_factory=LabelNames)
+    prometheus_allow: tuple[str, ...] = ()  # URL prefixes a spec may name; empty = any (but see endpoints)
+    identity: str = ""  # this controller's name in status.autoscaler.decider (detects a second decider)
 
     def __post_init__(self) -> None:
         check_window(self.window_s)
@@ -99,6 +132,8 @@ class _Tracked:
     desired: tuple[int, int] | None = None
     problem: str = ""  # the last setup error or missing-metrics note, to post each Event once
     warned_unsupported: bool = False  # the UnsupportedField Warning was posted for this object
+    in_flight: Future[DecisionRecord | None] | None = None  # the decision running now, if any
+    warned_decider: str = ""  # the other decider a ConcurrentDeciders Warning was posted about
 
 
 def _same_setup(old: PolicyContext, new: PolicyContext) -> bool:
@@ -120,17 +155,20 @@ class Controller:
         metrics: Callable[[str], MetricsPort],
         telemetry: Telemetry,
         settings: Settings = Settings(),
+        executor: Executor | None = None,
     ) -> None:
         self.cluster = cluster
         self.metrics = metrics  # Prometheus URL → port (the caller caches them)
         self.telemetry = telemetry
         self.settings = settings
+        self._executor = executor or ThreadPoolExecutor(DEFAULT_WORKERS, thread_name_prefix="decide")
         self._tracked: dict[str, _Tracked] = {}
         self._invalid: dict[str, str] = {}  # uid → the spec error last logged for it
 
-    def run_pass(self, now: float) -> list[DecisionRecord]:
-        """One look at every PDDeployment in scope; decides those whose interval has elapsed."""
-        records = []
+    def run_pass(self, now: float, wait_s: float | None = None) -> list[DecisionRecord]:
+        """One look at every PDDeployment in scope: starts the decisions whose interval has elapsed
+        (one in flight per object), waits up to `wait_s` (None: until all are done) and returns the
+        decisions finished by then, this pass's or earlier ones'."""
         seen = set()
         invalid: dict[str, str] = {}  # uid → spec error, this pass
         for body in self.cluster.list_pdds():
@@ -149,21 +187,33 @@ class Controller:
                 continue
             seen.add(pdd.uid)
             tracked = self._tracked.setdefault(pdd.uid, _Tracked(pdd.namespace, pdd.name))
-            if now < tracked.next_due:
+            if now < tracked.next_due or tracked.in_flight is not None:
                 continue
             tracked.next_due = now + pdd.spec.autoscaling.interval_seconds
-            try:
-                record = self._decide(pdd, body, tracked, now)
-            except Exception:  # one broken object must not stop the others' decisions
-                logger.exception("decision for %s/%s failed", pdd.namespace, pdd.name)
-                continue
-            if record is not None:
-                records.append(record)
+            tracked.in_flight = self._executor.submit(self._decide_safely, pdd, body, tracked, now)
         for uid in set(self._tracked) - seen:  # deleted, or autoscaling turned Off
             gone = self._tracked.pop(uid)  # its windows start afresh if it comes back
             self.telemetry.forget(gone.namespace, gone.name)  # no stale desired sizes on /metrics
         self._invalid = invalid
+        running = [t.in_flight for t in self._tracked.values() if t.in_flight is not None]
+        if running:
+            wait_for(running, timeout=wait_s)
+        records = []
+        for tracked in self._tracked.values():
+            if tracked.in_flight is not None and tracked.in_flight.done():
+                record, tracked.in_flight = tracked.in_flight.result(), None
+                if record is not None:
+                    records.append(record)
         return records
+
+    def _decide_safely(
+        self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float
+    ) -> DecisionRecord | None:
+        try:
+            return self._decide(pdd, body, tracked, now)
+        except Exception:  # one broken object must not stop the others' decisions
+            logger.exception("decision for %s/%s failed", pdd.namespace, pdd.name)
+            return None
 
     def _policy(self, pdd: PDDeployment, tracked: _Tracked) -> Policy:
         context = policy_context(pdd.spec)
@@ -179,6 +229,9 @@ class Controller:
         try:
             if spec.autoscaling.prometheus is None:
                 raise ValueError("spec.autoscaling.prometheus: required when mode is Advisory or Auto")
+            refused = url_problem(spec.autoscaling.prometheus.url, self.settings.prometheus_allow)
+            if refused:
+                raise ValueError(f"spec.autoscaling.prometheus.url: {refused}")
             policy = self._policy(pdd, tracked)
         except ValueError as error:  # SetupError, PolicyConfigError and the specs' errors are ValueErrors
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
@@ -187,7 +240,9 @@ class Controller:
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
         source = self.metrics(spec.autoscaling.prometheus.url)
         router = ROUTER_METRICS.get(spec.router.type)
-        answers = source.query_all(build_queries(ENGINE_METRICS[spec.engine.type], scope, router))
+        raw_answers = source.query_all(build_queries(ENGINE_METRICS[spec.engine.type], scope, router))
+        discarded = implausible_signals(raw_answers)
+        answers = sanitized(raw_answers)
         pods = self.cluster.list_instances(pdd.namespace, pdd.name)
         pools = pool_states(pods, {role: spec.pool(role).gpus_per_instance for role in Role})
         observation = build_observation(
@@ -212,6 +267,11 @@ class Controller:
                 )
                 return None
         tracked.problem = note
+        decision = _checked(decision, pdd, bounds, discarded)
+        if discarded:
+            note = "; ".join(
+                filter(None, (note, "implausible values treated as missing: " + ", ".join(discarded)))
+            )
         record = DecisionRecord(
             observation=observation,
             decision=decision,
@@ -222,7 +282,17 @@ class Controller:
             policy=policy.name,
             generation=pdd.generation,
             # a query that failed while others answered; and a field this controller does not honour
-            note="; ".join(filter(None, (note or source.last_error, self._unsupported(pdd, tracked)))),
+            note="; ".join(
+                filter(
+                    None,
+                    (
+                        note or source.last_error,
+                        self._unsupported(pdd, tracked),
+                        self._concurrent(pdd, body, tracked, now),
+                    ),
+                )
+            ),
+            decider=self.settings.identity,
         )
         record = self._apply(pdd, tracked, record)
         self.cluster.patch_status(
@@ -241,6 +311,25 @@ class Controller:
             self.cluster.post_event(pdd, EVENT_UNSUPPORTED, BEARER_UNSUPPORTED, warning=True)
             tracked.warned_unsupported = True
         return BEARER_UNSUPPORTED
+
+    def _concurrent(self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float) -> str:
+        """Another controller decided this object recently (two deciders without a Lease flap the
+        replicas): said in every status while it lasts, and once per other decider as a Warning."""
+        previous = (body.get("status") or {}).get("autoscaler") or {}
+        other = previous.get("decider") if isinstance(previous, dict) else None
+        if not self.settings.identity or not other or other == self.settings.identity:
+            return ""
+        decided = parse_timestamp(str(previous.get("lastDecisionTime")))
+        if decided is None or now - decided > 3 * pdd.spec.autoscaling.interval_seconds:
+            return ""  # an old decision of a replica that has since stopped
+        message = (
+            f"another controller ({other}) decided this PDDeployment {now - decided:.0f}s ago: "
+            "run one controller, or several with leader election"
+        )
+        if tracked.warned_decider != other:
+            self.cluster.post_event(pdd, EVENT_CONCURRENT, message, warning=True)
+            tracked.warned_decider = other
+        return message
 
     def _apply(self, pdd: PDDeployment, tracked: _Tracked, record: DecisionRecord) -> DecisionRecord:
         """Write replicas (Auto, when changed) and post an Event when the desired sizes change."""
@@ -279,6 +368,39 @@ class Controller:
             self.cluster.post_event(pdd, EVENT_INVALID, message, warning=True)
             tracked.problem = message
         tracked.policy = tracked.context = None
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _checked(decision: Decision, pdd: PDDeployment, bounds: Limits, discarded: list[Signal]) -> Decision:
+    """The decision, or a hold where it is not usable: a size that is not a whole number within
+    [0, maxReplicas·2] is no answer; with inputs discarded, a size below the current one is held."""
+    spec = pdd.spec
+    sizes = []
+    reasons = list(decision.reasons)
+    for role, answer, high in (
+        (Role.PREFILL, decision.prefill, bounds.prefill_max),
+        (Role.DECODE, decision.decode, bounds.decode_max),
+    ):
+        size = answer
+        if size is not None and not _whole(size, 0, 2 * max(high, 1)):
+            logger.warning("%s/%s: policy answered %s=%r; holding", pdd.namespace, pdd.name, role, size)
+            reasons.append(HOLD_BAD_ANSWER)
+            size = None
+        if size is not None and discarded and size < spec.pool(role).replicas:
+            reasons.append(HOLD_IMPLAUSIBLE)
+            size = None
+        sizes.append(size)
+    details = {k: v for k, v in decision.details.items() if isinstance(v, int | float) and math.isfinite(v)}
+    return dataclasses.replace(
+        decision,
+        prefill=sizes[0],
+        decode=sizes[1],
+        reasons=tuple(dict.fromkeys(reasons)),
+        details=details,
+    )
 
 
 def _desired(decision: Decision, pdd: PDDeployment, bounds: Limits) -> tuple[int, int]:

@@ -6,6 +6,7 @@ no stale number of an older decision survives; `missingData` names the inputs th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,10 +28,19 @@ class DecisionRecord:
     policy: str
     generation: int
     note: str = ""  # why data was missing (Prometheus unreachable, a query rejected), if known
+    decider: str = ""  # identity of the controller that decided (another one's means two are deciding)
 
 
 def timestamp(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(text: str) -> float | None:
+    """Epoch seconds of a `timestamp()` string; None if it is not one."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def _pool(pool: PoolState) -> dict[str, int]:
@@ -38,7 +48,11 @@ def _pool(pool: PoolState) -> dict[str, int]:
 
 
 def _number(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
+    """A finite number rounded for status, else None: a NaN or ±Inf must never reach a patch
+    (the API server refuses the whole patch, and the status goes stale)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 6)
 
 
 def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
@@ -50,6 +64,7 @@ def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
         "lastDecisionTime": timestamp(obs.time_s),
         "mode": record.mode,
         "policy": record.policy,
+        "decider": record.decider or None,
         "desired": {"prefill": record.desired[0], "decode": record.desired[1]},
         "applied": record.applied,
         "binding": decision.binding or None,

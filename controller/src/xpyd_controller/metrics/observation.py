@@ -1,17 +1,58 @@
 """Query answers + pool states → the policy's `Observation`, filled as the simulator fills it (pure).
 
 `None` is "no data" and stays `None`: a failed query never becomes 0. A rate of 0 is real (no traffic);
-a mean over no requests is unknown (None), as in the simulator's `_observe`.
+a mean over no requests is unknown (None), as in the simulator's `_observe`. A value outside what any
+fleet can physically produce (1e308 requests/s, a KV usage of 40, a negative queue) is no data too: one
+corrupt series must never size a pool (see `implausible_signals`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from xpyd_controller.metrics.promql import Signal
 from xpyd_controller.policy.types import Observation, PoolState
 
 Answers = Mapping[Signal, float | None]
+
+_RATE = 1e7  # requests (or tokens, below) per second: far above any one deployment
+_TOKENS_RATE = 1e10
+_TOKENS = 1e8  # tokens in one request
+_REQUESTS = 1e8  # requests queued or running
+_SECONDS = 1e5  # a latency percentile
+
+# The physical range of each signal: a value outside it is corrupt, not load.
+PLAUSIBLE: Mapping[Signal, tuple[float, float]] = {
+    Signal.ARRIVAL_RATE: (0.0, _RATE),
+    Signal.INPUT_TOKENS_RATE: (0.0, _TOKENS_RATE),
+    Signal.INPUT_TOKENS_P90: (0.0, _TOKENS),
+    Signal.OUTPUT_REQUESTS_RATE: (0.0, _RATE),
+    Signal.OUTPUT_TOKENS_RATE: (0.0, _TOKENS_RATE),
+    Signal.OUTPUT_TOKENS_P90: (0.0, _TOKENS),
+    Signal.PREFIX_QUERIES_RATE: (0.0, _TOKENS_RATE),
+    Signal.PREFIX_HITS_RATE: (0.0, _TOKENS_RATE),
+    Signal.PREFILL_QUEUE: (0.0, _REQUESTS),
+    Signal.DECODE_RUNNING: (0.0, _REQUESTS),
+    Signal.DECODE_KV_USAGE: (0.0, 1.5),  # a fraction; engines briefly report a little above 1
+    Signal.TTFT_P90: (0.0, _SECONDS),
+    Signal.TPOT_P90: (0.0, _SECONDS),
+}
+
+
+def plausible(signal: Signal, value: float) -> bool:
+    low, high = PLAUSIBLE[signal]
+    return math.isfinite(value) and low <= value <= high
+
+
+def implausible_signals(answers: Answers) -> list[Signal]:
+    """Signals that answered with a value no fleet produces (they are treated as missing)."""
+    return [s for s in Signal if (v := answers.get(s)) is not None and not plausible(s, v)]
+
+
+def sanitized(answers: Answers) -> dict[Signal, float | None]:
+    """The answers with every implausible value replaced by None (no data)."""
+    return {s: (v if v is not None and plausible(s, v) else None) for s, v in answers.items()}
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -2,12 +2,15 @@
 
 Strict like KEDA's scaler: an HTTP error, an empty answer, more than one series, NaN or ±Inf is None
 ("no data"), never 0. A server that cannot be reached is asked nothing more in that pass, so a dead
-Prometheus costs one timeout per decision, not one per query. `last_error` keeps why, for the status.
+Prometheus costs one timeout per decision, not one per query; and all of one decision's queries share a
+time budget, so a server that accepts connections and answers slowly (or never) costs at most that.
+`last_error` keeps why, for the status.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -17,26 +20,38 @@ from requests.exceptions import RequestException
 from urllib3.util.retry import Retry
 
 TIMEOUT_SECONDS = 5
+BUDGET_SECONDS = 5.0  # all queries of one decision together
 Key = TypeVar("Key")
 
 
 class PrometheusSource:
     """One Prometheus server; `query_all` never raises for a bad answer or an unreachable server."""
 
-    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str] | None = None, budget_s: float = BUDGET_SECONDS
+    ) -> None:
         self.url = url
+        self.budget_s = budget_s
         self._client = PrometheusConnect(
             url=url, headers=headers, retry=Retry(total=0), timeout=TIMEOUT_SECONDS
         )
         self.last_error: str | None = None
 
     def query_all(self, queries: Mapping[Key, str]) -> dict[Key, float | None]:
-        """Every query's value (None for no data); stops asking after a connection failure."""
+        """Every query's value (None for no data); stops asking after a connection failure or when
+        the time budget is spent."""
         answers: dict[Key, float | None] = dict.fromkeys(queries)
         self.last_error = None
+        deadline = time.monotonic() + self.budget_s
         for key, promql in queries.items():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.last_error = f"Prometheus at {self.url} too slow: {self.budget_s:g} s budget spent"
+                break
             try:
-                answers[key] = single_value(self._client.custom_query(promql))
+                answers[key] = single_value(
+                    self._client.custom_query(promql, timeout=min(TIMEOUT_SECONDS, left))
+                )
             except PrometheusApiClientException as error:
                 self.last_error = f"Prometheus at {self.url} rejected a query: {error}"
             except RequestException as error:

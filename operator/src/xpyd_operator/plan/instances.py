@@ -47,6 +47,9 @@ class Transition:
     started: float  # epoch seconds the transition began
     step_started: float  # epoch seconds the current step began
     drain_result: str | None = None  # "idle" or "timeout", once drained
+    # epoch seconds an HTTP switch was about to be sent: written BEFORE the call, so after a crash the
+    # engine is asked for its role before the call is ever repeated
+    switch_sent: float | None = None
 
     def advance(self, step: Step, now: float, drain_result: str | None = None) -> Transition:
         return replace(self, step=step, step_started=now, drain_result=drain_result or self.drain_result)
@@ -61,6 +64,8 @@ class Transition:
             "stepStarted": self.step_started,
             "drainResult": self.drain_result,
         }
+        if self.switch_sent is not None:
+            record["switchSent"] = self.switch_sent
         return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
@@ -77,6 +82,7 @@ class Transition:
                 started=float(record["started"]),
                 step_started=float(record["stepStarted"]),
                 drain_result=record.get("drainResult"),
+                switch_sent=float(record["switchSent"]) if record.get("switchSent") is not None else None,
             )
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(

@@ -1,7 +1,9 @@
 """The reconcile plan: counts, replacements, scale-in victims, rolling updates and conversions.
 
 Level-based: the plan looks only at what exists now (pods and the records on them), so running it again
-after any partial execution, or after an operator restart, asks only for what is still missing.
+after any partial execution, or after an operator restart, asks only for what is still missing. Creations
+are paced: a pass asks for at most `max_creates` new instances (the next pass asks for more), so a
+huge replica count costs a few actions per pass, never a list of all of them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from xpyd_operator.plan.actions import (
 )
 from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
 
+DEFAULT_MAX_CREATES_PER_PASS = 8
+
 
 @dataclass(frozen=True)
 class PlanInput:
@@ -33,6 +37,7 @@ class PlanInput:
     template_hashes: Mapping[Role, str]
     in_flight: Mapping[str, int | None] = field(default_factory=dict)  # by pod name; missing = unknown
     now: float = 0.0
+    max_creates: int = DEFAULT_MAX_CREATES_PER_PASS  # new instances per pass, both roles together
 
 
 def victim_order(instance: Instance, in_flight: Mapping[str, int | None]) -> tuple[bool, float, float]:
@@ -95,9 +100,10 @@ class _Namer:
 
 
 def _scale_role(
-    inp: PlanInput, role: Role, members: list[Instance], busy: set[str], namer: _Namer
+    inp: PlanInput, role: Role, members: list[Instance], busy: set[str], namer: _Namer, *, room: int
 ) -> list[Action]:
-    """Create, remove or roll the members of one role towards its desired count and template.
+    """Create (at most `room`), remove or roll the members of one role towards its desired count and
+    template.
 
     `busy` names instances that already got an action this round (a conversion just begun): they count
     as members but are not picked again.
@@ -114,7 +120,7 @@ def _scale_role(
         surge_room = desired + rollout.max_surge - (len(members) + len(leaving))
         creates = max(creates, min(surge_room, len(outdated)))
     reason = "rolling update" if outdated and len(members) >= desired else "scale up or replace"
-    actions += [CreateInstance(role, namer.take(), reason) for _ in range(max(0, creates))]
+    actions += [CreateInstance(role, namer.take(), reason) for _ in range(max(0, min(creates, room)))]
 
     victims: list[tuple[Instance, str]] = []
     if outdated:
@@ -187,6 +193,9 @@ def plan(inp: PlanInput) -> list[Action]:
 
     busy = {a.instance.name for a in actions if isinstance(a, BeginTransition)}
     namer = _Namer(inp.pdd_name, inp.instances)
+    room = inp.max_creates
     for role in Role:
-        actions += _scale_role(inp, role, members[role], busy, namer)
+        role_actions = _scale_role(inp, role, members[role], busy, namer, room=room)
+        room -= sum(1 for a in role_actions if isinstance(a, CreateInstance))
+        actions += role_actions
     return actions

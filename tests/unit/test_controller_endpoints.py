@@ -1,0 +1,48 @@
+"""Which Prometheus URLs a PDDeployment may make the controller call."""
+
+from __future__ import annotations
+
+import pytest
+
+from xpyd_controller.metrics.endpoints import url_problem
+
+ALLOWED = [
+    "http://prometheus.monitoring.svc:9090",
+    "https://prom.example.com/api/prom",
+    "http://127.0.0.1:9090",
+    "http://[::1]:9090/",
+    "http://10.0.0.7:9090",
+]
+REFUSED = [
+    ("http://169.254.169.254/latest/meta-data", "cloud metadata"),
+    ("http://[fd00:ec2::254]/", "cloud metadata"),
+    ("http://100.100.100.200/", "cloud metadata"),
+    ("http://metadata.google.internal/computeMetadata/v1", "cloud metadata"),
+    ("http://169.254.10.1:9090", "link-local"),
+    ("http://[fe80::1]:9090", "link-local"),
+    ("http://0.0.0.0:9090", "unspecified"),
+    ("file:///etc/passwd", "not an http(s)"),
+    ("gopher://prom:70", "not an http(s)"),
+    ("http://user:pw@prom:9090", "not an http(s)"),
+    ("http://prom:9090/?query=up", "not an http(s)"),
+    ("http://prom:99999", "out of range"),
+]
+
+
+@pytest.mark.parametrize("url", ALLOWED)
+def test_ordinary_prometheus_urls_are_allowed(url: str) -> None:
+    assert url_problem(url) is None
+
+
+@pytest.mark.parametrize(("url", "why"), REFUSED)
+def test_link_local_metadata_and_odd_urls_are_refused(url: str, why: str) -> None:
+    problem = url_problem(url)
+    assert problem is not None and why in problem and repr(url) in problem
+
+
+def test_an_allow_list_admits_only_urls_under_its_prefixes() -> None:
+    allow = ["http://prometheus.monitoring.svc:9090"]
+    assert url_problem("http://prometheus.monitoring.svc:9090", allow) is None
+    assert url_problem("http://prometheus.monitoring.svc:9090/sub", allow) is None
+    assert "not under an allowed" in (url_problem("http://prom", ["http://pro"]) or "")  # whole segments
+    assert "not under an allowed" in (url_problem("http://other:9090", allow) or "")
