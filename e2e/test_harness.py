@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from e2e.harness import ClusterError, LocalCluster, cluster_provider, start_cluster, start_prometheus
 from e2e.harness.cluster import _existing_cluster
+from e2e.harness.pods import discovery_targets
 from e2e.harness.procs import kill_pid, pid_alive, pids_in, wait_until
-from e2e.harness.prometheus import scrape_config
+from e2e.harness.prometheus import pod_monitor_scrape_config, scrape_config
 
 
 @pytest.mark.cluster
@@ -106,3 +108,58 @@ def test_a_skipped_test_fails_the_run_only_when_skips_are_forbidden(
     )
     assert result.returncode == exit_code, result.stdout
     assert ("skipped tests fail CI" in result.stdout) == (forbid == "1")
+
+
+def test_pod_discovery_targets_carry_what_kubernetes_sd_gives_and_the_pod_monitor_keeps_engines() -> None:
+    def pod(name: str, component: str, ip: str | None) -> client.V1Pod:
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=name, namespace="ns", labels={"xpyd.dev/component": component, "xpyd.dev/role": "decode"}
+            ),
+            spec=client.V1PodSpec(
+                node_name="n",
+                containers=[
+                    client.V1Container(
+                        name="engine", ports=[client.V1ContainerPort(container_port=8000, name="http")]
+                    )
+                ],
+            ),
+            status=client.V1PodStatus(pod_ip=ip),
+        )
+
+    groups = discovery_targets(
+        [pod("a", "instance", "127.9.0.1"), pod("b", "router", "127.9.0.2"), pod("c", "instance", None)]
+    )
+    assert [g["targets"] for g in groups] == [
+        ["127.9.0.1:8000"],
+        ["127.9.0.2:8000"],
+    ]  # no IP: not yet a target
+    labels = groups[0]["labels"]
+    assert labels["__meta_kubernetes_pod_label_xpyd_dev_role"] == "decode"
+    assert labels["__meta_kubernetes_pod_container_port_name"] == "http"
+    monitor = {
+        "metadata": {"name": "m"},
+        "spec": {
+            "selector": {"matchLabels": {"xpyd.dev/component": "instance"}},
+            "podMetricsEndpoints": [
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "relabelings": [
+                        {"sourceLabels": ["__meta_kubernetes_pod_label_xpyd_dev_role"], "targetLabel": "role"}
+                    ],
+                }
+            ],
+        },
+    }
+    (job,) = pod_monitor_scrape_config(monitor, Path("/tmp/t.json"))["scrape_configs"]
+    rules = job["relabel_configs"]
+    assert rules[0] == {
+        "source_labels": ["__meta_kubernetes_pod_label_xpyd_dev_component"],
+        "regex": "instance",
+        "action": "keep",
+    }
+    assert rules[-1] == {
+        "source_labels": ["__meta_kubernetes_pod_label_xpyd_dev_role"],
+        "target_label": "role",
+    }

@@ -4,6 +4,8 @@ output token after it). A request that errs, or ends with fewer tokens than aske
 
 Prompts are token-id lists of the drawn length (vLLM and the stand-in take them as they are), and
 `ignore_eos` makes every answer as long as asked, so the lengths the controller reads are the drawn ones.
+Each request carries a fresh tag in the OpenAI `user` field, which the router passes on, so an engine's
+request log can be matched with when the client sent the request (`sent_at`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -61,6 +64,7 @@ class RouterTraffic:
         self.slo = slo
         self.timeout_s = timeout_s
         self.failures: list[str] = []  # why each failed request failed
+        self.sent_at: dict[str, float] = {}  # wall-clock send time by the tag in each request's `user` field
         self._rng = np.random.default_rng(seed)
         self._sent = self._completed = self._within_slo = 0
         self._lock = threading.Lock()
@@ -123,8 +127,10 @@ class RouterTraffic:
             await asyncio.wait_for(self._stopping.wait(), max(0.0, at_s - self.now_s))
 
     async def _request(self, session: aiohttp.ClientSession, prompt_tokens: int, output_tokens: int) -> None:
+        tag = uuid.uuid4().hex
         body = {
             "model": self.model,
+            "user": tag,  # passed on to the engines: their logs say which request they got
             "prompt": [int(t) for t in self._rng.integers(1, 32000, prompt_tokens)],
             "max_tokens": output_tokens,
             "ignore_eos": True,
@@ -133,6 +139,7 @@ class RouterTraffic:
         }
         with self._lock:
             self._sent += 1
+            self.sent_at[tag] = time.time()
         started = time.monotonic()
         first: float | None = None
         generated = 0

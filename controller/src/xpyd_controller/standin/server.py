@@ -59,6 +59,7 @@ class LoggedRequest:
     max_tokens: int
     status: str = "running"  # running | ok | failed
     kv_pull: str = ""  # decode: "ok" or why the pull failed (then recomputed here)
+    user: str = ""  # the request's OpenAI `user` field (a client can tag its requests with it)
 
 
 def prompt_token_ids(prompt: object) -> list[int]:
@@ -227,6 +228,7 @@ class StandinEngine:
             kind=str(kind),
             prompt_tokens=len(tokens),
             max_tokens=max_tokens,
+            user=str(body.get("user") or ""),
         )
         self.log.append(entry)
         if kind is JobKind.DECODE and isinstance(params, dict):
