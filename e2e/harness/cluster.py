@@ -328,7 +328,7 @@ def _kind_cluster(name: str) -> Iterator[LocalCluster]:
     if not kind_bin:
         raise ClusterError(
             "XPYD_CLUSTER=kind runs under hack/kind, which prepares the engine and the images: "
-            "`hack/kind run .venv/bin/pytest -m kind` (or `make test-kind`)"
+            "`XPYD_CLUSTER=kind make test`, or `hack/kind run env XPYD_CLUSTER=kind .venv/bin/pytest e2e/test_kind.py`"
         )
     kind = str(Path(kind_bin) / "kind")
     env = {**os.environ, "PATH": f"{kind_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
