@@ -399,10 +399,14 @@ def test_conversion_on_real_pods_behind_the_real_router(
         120,
         "Prometheus to scrape the converted pod under its new role",
     )
+
+    def autoscaler() -> dict[str, Any]:
+        status = get_json(kube_cluster, "pdd", name, "-n", namespace).get("status") or {}
+        return dict(status.get("autoscaler") or {})
+
+    # Not missing_data: the in-cluster controller read the engines' series from the in-cluster Prometheus.
     wait_until(
-        lambda: bool(
-            (get_json(kube_cluster, "pdd", name, "-n", namespace).get("status") or {}).get("autoscaler")
-        ),
+        lambda: autoscaler().get("binding") not in (None, "missing_data"),
         120,
-        "the in-cluster controller to write status.autoscaler from the in-cluster Prometheus",
+        "the in-cluster controller to decide from the in-cluster Prometheus",
     )

@@ -12,13 +12,19 @@ ARG BUILD_BASE=${BASE}
 
 FROM ${BUILD_BASE} AS build
 ARG PIP_NO_INDEX=0
-ENV PIP_NO_INDEX=${PIP_NO_INDEX} PIP_FIND_LINKS=/src/.wheels PIP_DISABLE_PIP_VERSION_CHECK=1 \
+ENV PIP_NO_INDEX=${PIP_NO_INDEX} PIP_FIND_LINKS=/deps PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 # mypyc needs a C compiler: the offline build base has one, python:slim gets it from apt.
 RUN command -v cc >/dev/null || { apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
       && rm -rf /var/lib/apt/lists/*; }
+# Dependencies first (their layer survives source changes), then xpyd itself. `.wheel[s]` matches the
+# offline build's wheels (copied into /deps beside pyproject.toml) and nothing elsewhere.
+COPY pyproject.toml .wheel[s] /deps/
+RUN python3 -m venv /opt/xpyd && /opt/xpyd/bin/python -c 'import tomllib; \
+    print("\n".join(tomllib.load(open("/deps/pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/deps \
+    && /opt/xpyd/bin/pip install -r /tmp/deps mypy && /opt/xpyd/bin/pip install --upgrade setuptools wheel
 COPY . /src
-RUN python3 -m venv /opt/xpyd && /opt/xpyd/bin/pip install /src mypy
+RUN /opt/xpyd/bin/pip install --no-deps --no-build-isolation /src
 # hack/native compiles sim/engine.py from the source tree with the venv's mypyc; the build and its
 # stamp then go beside the installed engine.py (same sources, so the stamp is current there too).
 # Build-only packages leave the venv afterwards (the compiled engine needs librt, mypy's runtime).

@@ -305,8 +305,11 @@ def kind_config(node_image: str, workarounds: Sequence[str]) -> dict[str, object
     patches: list[str] = []
     if node_image:
         patches.append("kind: InitConfiguration\nskipPhases: [addon/coredns]\n")
-    if "kubelet-cgroup-v1" in workarounds:  # kubelet >= 1.35 refuses cgroup v1 unless told
+    if "kubelet-cgroup-v1" in workarounds:  # kubelet >= 1.35 and kubeadm's preflight refuse cgroup v1
         patches.append("kind: KubeletConfiguration\nfailCgroupV1: false\n")
+        patches.append(
+            "kind: InitConfiguration\nnodeRegistration:\n  ignorePreflightErrors: [SystemVerification]\n"
+        )
     config: dict[str, object] = {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",

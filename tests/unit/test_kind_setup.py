@@ -54,6 +54,7 @@ def test_offline_image_on_this_kind_of_host() -> None:
     assert isinstance(patches, list)
     assert "skipPhases: [addon/coredns]" in patches[0]
     assert "failCgroupV1: false" in patches[1]
+    assert "ignorePreflightErrors: [SystemVerification]" in patches[2]
     assert config["containerdConfigPatches"] == [
         '[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true\n'
     ]
