@@ -36,6 +36,9 @@ RUN cd /src && ln -s /opt/xpyd .venv && XPYD_CACHE=/tmp/native-cache hack/native
 
 FROM ${BASE}
 COPY --from=build /opt/xpyd /opt/xpyd
+# A passwd entry for the numeric user: Kopf names its peering identity after getpass.getuser(), which
+# fails for a uid /etc/passwd does not know (found on kind: the operator pod crashed at start).
+RUN echo 'xpyd:x:65532:65532:xpyd:/tmp:/usr/sbin/nologin' >>/etc/passwd && echo 'xpyd:x:65532:' >>/etc/group
 # HOME and matplotlib's cache in /tmp: the root filesystem may be read-only.
 ENV PATH=/opt/xpyd/bin:${PATH} PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp \
     MPLCONFIGDIR=/tmp/matplotlib
