@@ -19,6 +19,7 @@ import yaml
 
 from e2e.harness.procs import free_port, kill_pid, wait_until
 from e2e.harness.testbin import testbin_dir
+from xpyd_api.names import COMPONENT_INSTANCE, LABEL_COMPONENT
 
 
 @dataclass
@@ -103,6 +104,9 @@ _RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label",
 _RELABEL_KEYS |= {"regex": "regex", "action": "action", "separator": "separator", "modulus": "modulus"}
 
 
+_ENGINE_PODS = {"matchLabels": {LABEL_COMPONENT: COMPONENT_INSTANCE}}
+
+
 def chart_pod_monitor() -> dict[str, Any]:
     """The chart's PodMonitor for engine pods, as `helm template` renders it (monitoring enabled)."""
     result = subprocess.run(
@@ -123,9 +127,13 @@ def chart_pod_monitor() -> dict[str, Any]:
     )
     if result.returncode != 0:
         raise RuntimeError(f"helm template failed: {result.stderr[-2000:]}")
-    monitors = [d for d in yaml.safe_load_all(result.stdout) if d and d.get("kind") == "PodMonitor"]
+    monitors = [
+        d
+        for d in yaml.safe_load_all(result.stdout)
+        if d and d.get("kind") == "PodMonitor" and d["spec"]["selector"] == _ENGINE_PODS
+    ]
     if len(monitors) != 1:
-        raise RuntimeError(f"the chart rendered {len(monitors)} PodMonitors, expected 1")
+        raise RuntimeError(f"the chart rendered {len(monitors)} PodMonitors of engine pods, expected 1")
     return dict(monitors[0])
 
 

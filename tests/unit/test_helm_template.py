@@ -12,7 +12,7 @@ import pytest
 import yaml
 from tests.helm_chart import CHART_DIR, ROOT, STANDARD_LABELS, helm, render, template
 
-from xpyd_api.names import COMPONENT_INSTANCE, LABEL_COMPONENT, LABEL_PDD, LABEL_ROLE
+from xpyd_api.names import COMPONENT_INSTANCE, COMPONENT_ROUTER, LABEL_COMPONENT, LABEL_PDD, LABEL_ROLE
 
 NAMESPACED = {"watch": {"mode": "Namespaces", "namespaces": ["team-a", "team-b"]}}
 MONITORS = {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
@@ -310,7 +310,9 @@ def test_image_tag_defaults_to_the_app_version() -> None:
     ("extra", "kinds"),
     [
         pytest.param((), [], id="no-prometheus-operator"),
-        pytest.param(MONITORING_APIS, ["PodMonitor", "ServiceMonitor"], id="with-prometheus-operator"),
+        pytest.param(
+            MONITORING_APIS, ["PodMonitor", "PodMonitor", "ServiceMonitor"], id="with-prometheus-operator"
+        ),
     ],
 )
 def test_monitors_need_the_values_and_the_api(extra: tuple[str, ...], kinds: list[str]) -> None:
@@ -383,12 +385,20 @@ def _prometheus_label(pod_label: str) -> str:
 @pytest.mark.parametrize(
     ("values", "selector"), [({}, {"any": True}), (NAMESPACED, {"matchNames": ["team-a", "team-b"]})]
 )
-def test_pod_monitor_scrapes_instances_with_pdd_and_role_labels(
+def test_pod_monitors_scrape_instances_with_pdd_and_role_and_routers_with_pdd(
     values: dict[str, Any], selector: dict[str, Any]
 ) -> None:
     objects = render({**MONITORS, **values}, *MONITORING_APIS)
-    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    monitor, routers = [o for o in objects if o["kind"] == "PodMonitor"]
     assert monitor["spec"]["selector"] == {"matchLabels": {LABEL_COMPONENT: COMPONENT_INSTANCE}}
+    # Router pods on their own metrics port, labelled with the PDDeployment and no role (both pools).
+    assert routers["spec"]["selector"] == {"matchLabels": {LABEL_COMPONENT: COMPONENT_ROUTER}}
+    assert routers["spec"]["namespaceSelector"] == selector
+    (router_endpoint,) = routers["spec"]["podMetricsEndpoints"]
+    assert router_endpoint["port"] == "metrics"
+    assert router_endpoint["relabelings"] == [
+        {"sourceLabels": [_prometheus_label(LABEL_PDD)], "targetLabel": "pdd"}
+    ]
     assert monitor["spec"]["namespaceSelector"] == selector
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
