@@ -135,4 +135,13 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
             print(f"--- samples ---\n{samples}\n--- switches ---\n{demo.fleet.switches}")
             print(f"--- controller ---\n{demo.controller.log_tail(80)}")
             print(f"--- operator ---\n{demo.operator.log_tail(80)}")
+            # Where pods stand (a Pending pod names its scheduling failure) and the object's conditions.
+            pods = kube_cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+            print(f"--- pods ---\n{pods.stdout}{pods.stderr}")
+            conditions = kube_cluster.kubectl(
+                "get", "pdd", "-n", namespace, "-o", "jsonpath={.items[*].status.conditions}", check=False
+            )
+            print(f"--- conditions ---\n{conditions.stdout}{conditions.stderr}")
+            events = kube_cluster.kubectl("get", "events", "-n", namespace, check=False)
+            print(f"--- events ---\n{events.stdout[-4000:]}{events.stderr}")
             raise
