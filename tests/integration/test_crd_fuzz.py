@@ -249,6 +249,9 @@ def test_accepted_specs_parse_and_render_accepted_objects(kube_cluster: LocalClu
         max_examples=EXAMPLES,
         deadline=None,
         database=None,
+        # The same 1000 specs every run: unseeded runs accepted from 180 to 303 of them, so the share
+        # check below was a coin toss, and a mismatch found once must be found again.
+        derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
     )
     @given(pdd_bodies())
