@@ -20,10 +20,20 @@ def testbin_dir() -> Path:
     Runs `hack/testbin`, which is a no-op when everything is cached and a long build otherwise; its
     progress goes to stderr so a cold first run is visibly alive.
     """
-    prepared = os.environ.get(TESTBIN_ENV)
-    if prepared and (Path(prepared) / "kube-apiserver").is_file():
+    return prepared_dir(TESTBIN_ENV, "kube-apiserver", TESTBIN_SCRIPT)
+
+
+def prepared_dir(env: str, marker: str, script: Path) -> Path:
+    """The directory `env` names when it holds `marker`, else the one `script` builds and prints last.
+
+    hack/test exports the directories it prepared, so tests do not run the (idempotent) scripts again.
+    """
+    prepared = os.environ.get(env)
+    if prepared and (Path(prepared) / marker).is_file():
         return Path(prepared)
-    result = subprocess.run([str(TESTBIN_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
+    result = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"hack/testbin failed with exit code {result.returncode}; see its output above")
+        raise RuntimeError(
+            f"hack/{script.name} failed with exit code {result.returncode}; see its output above"
+        )
     return Path(result.stdout.strip().splitlines()[-1])

@@ -10,8 +10,6 @@ would put there (the pod IP, the pod's labels), and `0.0.0.0` is the pod IP (a p
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from e2e.harness.pods import container_env, pod_argv
-from e2e.harness.testbin import REPO_ROOT
+from e2e.harness.testbin import REPO_ROOT, prepared_dir
 
 VLLM_ENV_SCRIPT = REPO_ROOT / "hack" / "vllm-env"
 # Set by hack/test after it ran hack/vllm-env, so the harness need not run it again.
@@ -31,13 +29,7 @@ def vllm_env_dir() -> Path:
     """The cached real-vLLM environment: `engine/` (vLLM CPU venv), `loadgen/` (inference-perf venv) and
     `model/` (a tiny random Llama with its locally trained tokenizer). Built by `hack/vllm-env` on first
     use (minutes; progress on stderr), a no-op when cached."""
-    prepared = os.environ.get(VLLM_ENV)
-    if prepared and (Path(prepared) / ".complete").is_file():
-        return Path(prepared)
-    result = subprocess.run([str(VLLM_ENV_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"hack/vllm-env failed with exit code {result.returncode}; see its output above")
-    return Path(result.stdout.strip().splitlines()[-1])
+    return prepared_dir(VLLM_ENV, ".complete", VLLM_ENV_SCRIPT)
 
 
 @dataclass(frozen=True)
