@@ -7,7 +7,9 @@ PDDeployment's instance pods run the engine stand-in (`python -m xpyd_controller
 same image) behind the real vllm-router; a conversion happens on those pods.
 
 Only with XPYD_CLUSTER=kind, under `hack/kind run` (`hack/test` runs this group so; docs/kind.md). The
-test process reaches pods and Services through the API server's proxy, as `kubectl` users do.
+test process reaches pods and Services through the API server's proxy, as `kubectl` users do: a
+`kubectl proxy` on a free loopback port (inside hack/kind's network namespace) carries its GETs and
+JSON POSTs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +28,8 @@ from tests.helm_chart import CHART_DIR, helm
 from tests.integration.pdd import apply, get_json, instance_pods, patch_spec, roles, wait_ready
 
 from e2e.harness.cluster import LocalCluster
-from e2e.harness.procs import wait_until
+from e2e.harness.dataplane import started_process
+from e2e.harness.procs import free_port, wait_until
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_TRANSITION,
@@ -95,11 +99,43 @@ def _advertise_gpus(cluster: LocalCluster) -> None:
 
 
 @dataclass
+class ApiProxy:
+    """`kubectl proxy` on a loopback port: the API server's proxy to Services, with the headers a JSON
+    API needs (`kubectl create --raw` sends no Content-Type, and the router refuses such a POST)."""
+
+    url: str
+
+    def get_json(self, path: str, timeout: float = 10) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def post_json(self, path: str, body: dict[str, Any], timeout: float = 60) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def api_proxy(kube_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiProxy]:
+    port = free_port()
+    argv = [str(kube_cluster.bin_dir / "kubectl"), "proxy", "--address=127.0.0.1", f"--port={port}"]
+    log = tmp_path_factory.mktemp("kubectl-proxy") / "proxy.log"
+    url = f"http://127.0.0.1:{port}"
+    with started_process(argv, url, "/version", log, env=kube_cluster.env()):
+        yield ApiProxy(url)
+
+
+@dataclass
 class Prometheus:
     """The in-cluster Prometheus: its ClusterIP URL (what the controller is given: the cluster has no
     DNS) and queries through the API server's proxy."""
 
-    cluster: LocalCluster
+    api: ApiProxy
     namespace: str
     url: str
 
@@ -107,7 +143,7 @@ class Prometheus:
         path = _proxy(
             self.namespace, "prometheus", 9090, "api/v1/query?" + urllib.parse.urlencode({"query": promql})
         )
-        body = json.loads(self.cluster.kubectl("get", "--raw", path).stdout)
+        body = self.api.get_json(path)
         assert body["status"] == "success", body
         return list(body["data"]["result"])
 
@@ -152,7 +188,7 @@ def _prometheus_config() -> dict[str, Any]:
     }
 
 
-def _deploy_prometheus(cluster: LocalCluster, namespace: str) -> Prometheus:
+def _deploy_prometheus(cluster: LocalCluster, api: ApiProxy, namespace: str) -> Prometheus:
     _restricted_namespace(cluster, namespace)
     labels = {"app.kubernetes.io/name": "prometheus"}
     objects: list[dict[str, Any]] = [
@@ -242,7 +278,7 @@ def _deploy_prometheus(cluster: LocalCluster, namespace: str) -> Prometheus:
     ip = cluster.kubectl(
         "get", "service", "prometheus", "-n", namespace, "-o", "jsonpath={.spec.clusterIP}"
     ).stdout
-    return Prometheus(cluster, namespace, f"http://{ip}:9090")
+    return Prometheus(api, namespace, f"http://{ip}:9090")
 
 
 @dataclass
@@ -251,15 +287,16 @@ class Installed:
     release_namespace: str
     workload_namespace: str
     prometheus: Prometheus
+    api: ApiProxy
 
 
 @pytest.fixture(scope="module")
-def installed(kube_cluster: LocalCluster) -> Iterator[Installed]:
+def installed(kube_cluster: LocalCluster, api_proxy: ApiProxy) -> Iterator[Installed]:
     """The chart from the built image in a restricted namespace, and Prometheus; uninstalled afterwards."""
     suffix = uuid.uuid4().hex[:6]
     release, release_ns, workload_ns = f"x{suffix}", f"xpyd-{suffix}", f"w-{suffix}"
     _advertise_gpus(kube_cluster)
-    prometheus = _deploy_prometheus(kube_cluster, f"mon-{suffix}")
+    prometheus = _deploy_prometheus(kube_cluster, api_proxy, f"mon-{suffix}")
     _restricted_namespace(kube_cluster, release_ns)
     kube_cluster.kubectl("create", "namespace", workload_ns)
     repository, _, tag = _image(XPYD_IMAGE_ENV).rpartition(":")
@@ -271,7 +308,7 @@ def installed(kube_cluster: LocalCluster) -> Iterator[Installed]:
     install = ["install", release, str(CHART_DIR), "-n", release_ns, "--wait", "--timeout=240s"]
     installed = helm(*install, values=values, env=kube_cluster.env())
     assert installed.returncode == 0, installed.stderr
-    yield Installed(release, release_ns, workload_ns, prometheus)
+    yield Installed(release, release_ns, workload_ns, prometheus, api_proxy)
     helm("uninstall", release, "-n", release_ns, "--wait", env=kube_cluster.env())
 
 
@@ -373,23 +410,14 @@ def test_conversion_on_real_pods_behind_the_real_router(
     pod_ip = converted[0]["status"]["podIP"]
 
     def router_sees_it_as_decode() -> bool:
-        workers = json.loads(
-            kube_cluster.kubectl("get", "--raw", _proxy(namespace, router, 8000, "workers")).stdout
-        )
+        workers = installed.api.get_json(_proxy(namespace, router, 8000, "workers"))
         entries = workers.get("workers", workers) if isinstance(workers, dict) else workers
         return any(pod_ip in json.dumps(w) and "decode" in json.dumps(w).lower() for w in entries)
 
     wait_until(router_sees_it_as_decode, 60, "the router to list the converted pod as a decode worker")
     body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "hello", "max_tokens": 4}
-    answer = kube_cluster.kubectl(
-        "create",
-        "--raw",
-        _proxy(namespace, router, 8000, "v1/completions"),
-        "-f",
-        "-",
-        input=json.dumps(body),
-    )
-    assert json.loads(answer.stdout)["choices"], answer.stdout
+    answer = installed.api.post_json(_proxy(namespace, router, 8000, "v1/completions"), body)
+    assert answer["choices"], answer
 
     converted_pod = converted[0]["metadata"]["name"]
     wait_until(
