@@ -4,7 +4,9 @@ The chart is installed with the built xpyd image into a namespace enforcing the 
 Standard, so the operator and the controller run in-cluster under the chart's RBAC; Prometheus runs in
 the cluster and discovers the instance pods with the relabelling of the chart's PodMonitor; a
 PDDeployment's instance pods run the engine stand-in (`python -m xpyd_controller.standin`, from the
-same image) behind the real vllm-router; a conversion happens on those pods.
+same image) behind the real vllm-router; a conversion happens on those pods, and in Auto the in-cluster
+controller sizes the pools from what the in-cluster Prometheus scraped while traffic flows through the
+router, and new real pods start and take requests.
 
 Only with XPYD_CLUSTER=kind, under `hack/kind run` (`hack/test` runs this group so; docs/kind.md). The
 test process reaches pods and Services through the API server's proxy, as `kubectl` users do: a
@@ -16,10 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import threading
+import time
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +40,7 @@ from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_TRANSITION,
     COMPONENT_INSTANCE,
+    COMPONENT_ROUTER,
     LABEL_COMPONENT,
     LABEL_PDD,
     LABEL_ROLE,
@@ -43,7 +50,7 @@ pytestmark = pytest.mark.kind
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
 ROUTER_ACCOUNT = "xpyd-router"
-GPUS_PER_NODE = 8
+GPUS_PER_NODE = 16  # room for both tests' PDDeployments (one GPU per instance)
 # Each image hack/kind built and loaded into the cluster.
 XPYD_IMAGE_ENV, ROUTER_IMAGE_ENV, PROMETHEUS_IMAGE_ENV = (
     "XPYD_KIND_XPYD_IMAGE",
@@ -159,6 +166,17 @@ def _prometheus_config() -> dict[str, Any]:
         {"source_labels": [_meta_label(LABEL_ROLE)], "target_label": "role"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
     ]
+    # The chart's router PodMonitor: the router's metrics port, `pdd` and no `role` (the users' requests).
+    routers = [
+        {"source_labels": [_meta_label(LABEL_COMPONENT)], "regex": COMPONENT_ROUTER, "action": "keep"},
+        {
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": "metrics",
+            "action": "keep",
+        },
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": [_meta_label(LABEL_PDD)], "target_label": "pdd"},
+    ]
     controller = [
         {
             "source_labels": [_meta_label("app.kubernetes.io/component")],
@@ -178,6 +196,11 @@ def _prometheus_config() -> dict[str, Any]:
                 "job_name": "xpyd-instances",
                 "kubernetes_sd_configs": [{"role": "pod"}],
                 "relabel_configs": instances,
+            },
+            {
+                "job_name": "xpyd-routers",
+                "kubernetes_sd_configs": [{"role": "pod"}],
+                "relabel_configs": routers,
             },
             {
                 "job_name": "xpyd-controller",
@@ -438,3 +461,200 @@ def test_conversion_on_real_pods_behind_the_real_router(
         120,
         "the in-cluster controller to decide from the in-cluster Prometheus",
     )
+
+
+# Autoscaling: a GPU slow enough (1e14 FLOP/s at MFU 0.4: ~0.9 s per 2000-token prompt) that 1.6
+# requests/s need more than one prefill instance (`xpyd plan` with these numbers says 2), while decode
+# (16 tokens each) stays light. The stand-in engines simulate the same GPU, so the load the controller
+# reads from Prometheus is the load its capacity model predicts.
+SLOW_GPU = {
+    "gpu": "h100-sxm",
+    "peakFlops": 1e14,
+    "mfu": 0.4,
+    "hbmBandwidth": 1e12,
+    "hbmBytes": 20e9,
+    "link": "ib-400g",
+}
+MODEL = {"name": "meta-llama/Llama-3.1-8B-Instruct", "preset": "llama-3.1-8b"}
+TRAFFIC_RATE = 1.6  # requests/s
+PROMPT_WORDS = 2000  # the stand-in counts one token per word
+OUTPUT_TOKENS = 16
+
+
+def _auto_pdd(name: str, installed: Installed) -> dict[str, Any]:
+    standin_spec = json.dumps({"model": MODEL, "hardware": SLOW_GPU})
+    return {
+        "apiVersion": "xpyd.dev/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": MODEL,
+            "hardware": SLOW_GPU,
+            "slo": {"ttftSeconds": 3.0, "tpotSeconds": 0.04, "attainment": 0.9},
+            "engine": {
+                "image": _image(XPYD_IMAGE_ENV),
+                "command": ["python", "-m", "xpyd_controller.standin"],
+                "env": [{"name": "XPYD_STANDIN_SPEC", "value": standin_spec}],
+            },
+            "prefill": {"replicas": 1, "minReplicas": 1, "maxReplicas": 4},
+            "decode": {"replicas": 1, "minReplicas": 1, "maxReplicas": 2},
+            # Round robin: every prefill pod gets requests (the default cache_aware keeps light traffic
+            # on one), so the test can see the new pods serve.
+            "router": {
+                "image": _image(ROUTER_IMAGE_ENV),
+                "serviceAccountName": ROUTER_ACCOUNT,
+                "args": ["--policy", "round_robin"],
+            },
+            "autoscaling": {
+                "mode": "Auto",
+                "intervalSeconds": 5,
+                "prometheus": {"url": installed.prometheus.url},
+                "scaleUpWindowSeconds": 0,
+                "scaleDownWindowSeconds": 600,
+                "gpuBudget": 6,
+            },
+        },
+    }
+
+
+@dataclass
+class Traffic:
+    """Completions at a steady rate through the router's Service (via the API server's proxy)."""
+
+    api: ApiProxy
+    path: str
+    rate: float
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    last_error: str = ""
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._rng = random.Random(11)
+        self._pool = ThreadPoolExecutor(max_workers=64)
+        self._sender = threading.Thread(target=self._send, daemon=True)
+
+    def _one(self, prompt: str) -> None:
+        body = {"model": MODEL["name"], "prompt": prompt, "max_tokens": OUTPUT_TOKENS}
+        try:
+            answer = self.api.post_json(self.path, body, timeout=180)
+            good, error = bool(answer.get("choices")), "" if answer.get("choices") else str(answer)[:200]
+        except OSError as failure:  # urllib's HTTPError and URLError are OSErrors
+            good, error = False, repr(failure)[:200]
+        with self._lock:
+            self.ok += good
+            self.failed += not good
+            self.last_error = error or self.last_error
+
+    def _send(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            # Distinct words, so no prompt shares a cached prefix with another.
+            prompt = " ".join(f"w{self._rng.randrange(10**9)}" for _ in range(PROMPT_WORDS))
+            self._pool.submit(self._one, prompt)
+            self.sent += 1
+            next_at += 1.0 / self.rate
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def __enter__(self) -> Traffic:
+        self._sender.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._sender.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ready_pods(cluster: LocalCluster, namespace: str, name: str, role: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in instance_pods(cluster, namespace, name)
+        if p["metadata"]["labels"][LABEL_ROLE] == role
+        and not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    ]
+
+
+def _prefills_served(api: ApiProxy, namespace: str, pod: str) -> int:
+    log = api.get_json(f"/api/v1/namespaces/{namespace}/pods/{pod}:8000/proxy/xpyd/requests")
+    return sum(1 for r in log["requests"] if r["kind"] == "prefill" and r["status"] == "ok")
+
+
+def test_controller_in_cluster_scales_real_pods_from_in_cluster_prometheus(
+    kube_cluster: LocalCluster, installed: Installed
+) -> None:
+    """Auto mode, 1 + 1 stand-in engines and more long-prompt traffic than one prefill instance serves:
+    the in-cluster controller reads the router's and the engines' series from the in-cluster Prometheus,
+    writes more prefill replicas, the operator starts real pods, and the router sends them requests."""
+    namespace, name = installed.workload_namespace, "kind-auto"
+    apply(kube_cluster, namespace, _auto_pdd(name, installed))
+    wait_ready(kube_cluster, namespace, name, timeout=300)
+    wait_until(lambda: _pods_ready(kube_cluster, namespace, name, 2), 180, "1 + 1 ready stand-in pods")
+    router = f"{name}-router"
+    kube_cluster.kubectl(
+        "rollout", "status", f"deployment/{router}", "-n", namespace, "--timeout=180s", timeout=200
+    )
+    first = {p["metadata"]["name"] for p in instance_pods(kube_cluster, namespace, name)}
+
+    def pdd() -> dict[str, Any]:
+        body: dict[str, Any] = get_json(kube_cluster, "pdd", name, "-n", namespace)
+        return body
+
+    traffic = Traffic(installed.api, _proxy(namespace, router, 8000, "v1/completions"), TRAFFIC_RATE)
+    with traffic:
+        wait_until(
+            lambda: pdd()["spec"]["prefill"]["replicas"] >= 2,
+            300,
+            "the controller to add prefill replicas",
+            interval=2,
+        )
+        decided = pdd()
+        wait_until(
+            lambda: (
+                len(_ready_pods(kube_cluster, namespace, name, "prefill"))
+                == pdd()["spec"]["prefill"]["replicas"]
+            ),
+            240,
+            "the new prefill pods to be ready",
+            interval=2,
+        )
+        prefills = [p["metadata"]["name"] for p in _ready_pods(kube_cluster, namespace, name, "prefill")]
+        started = [p for p in prefills if p not in first]
+        assert started, f"no new prefill pod: {prefills} (first {sorted(first)})"
+        wait_until(
+            lambda: all(_prefills_served(installed.api, namespace, pod) > 0 for pod in started),
+            90,
+            f"the router to send the new prefill pods {started} requests",
+            interval=2,
+        )
+
+        # The first decision may come before the 60 s rate window is full (the queue and TTFT already
+        # tell); once it is full, the rate the controller reads is the rate sent through the router.
+        def arrival_rate() -> float | None:
+            status = pdd().get("status") or {}
+            rate = ((status.get("autoscaler") or {}).get("inputs") or {}).get("arrivalRate")
+            return None if rate is None else float(rate)
+
+        wait_until(
+            lambda: abs((arrival_rate() or 0.0) - TRAFFIC_RATE) <= 0.3 * TRAFFIC_RATE,
+            150,
+            f"the controller to read {TRAFFIC_RATE} requests/s",
+            interval=2,
+        )
+        latest = pdd()["status"]["autoscaler"]
+    first_decision = decided["status"]["autoscaler"]
+    print(f"first decision: {first_decision}\nlatest: {latest}")
+    print(f"traffic: sent {traffic.sent}, ok {traffic.ok}, failed {traffic.failed} {traffic.last_error}")
+    assert first_decision["binding"] != "missing_data" and first_decision["missingData"] == []
+    assert latest["missingData"] == []
+    assert latest["inputs"]["meanInputTokens"] == pytest.approx(PROMPT_WORDS, rel=0.1)
+    decisions = kube_cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "reason=ScaleDecision", "-o", "json"
+    )
+    assert json.loads(decisions.stdout)["items"], "no ScaleDecision Event"
+    assert traffic.ok > 0 and traffic.failed <= 0.05 * (traffic.ok + traffic.failed), traffic.last_error
+    for pod in _ready_pods(kube_cluster, namespace, name, "prefill"):
+        assert pod["spec"]["containers"][0]["image"] == _image(XPYD_IMAGE_ENV)
