@@ -18,12 +18,12 @@ import real_dynamo
 BENCHMARKS = Path(__file__).resolve().parent
 CONTROLLER = Path(__file__).resolve().parent.parent / "controller" / "src" / "xpyd_controller"
 # What a real-Dynamo run's outcome depends on besides Dynamo itself: the simulator, the traces and
-# scenarios, the roofline and presets, the policy contract, this adapter and the stand-in.
+# scenarios, the roofline, the policy contract, this adapter and the stand-in. Not the presets: a job's
+# key holds its scenario's repr, every resolved model, GPU and link value included.
 OUTCOME_INPUTS = (
     "sim",
     "model/roofline.py",
     "model/specs.py",
-    "model/presets.py",
     "policy/types.py",
     "policy/limits.py",
 )

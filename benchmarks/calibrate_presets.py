@@ -31,7 +31,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from xpyd_controller.model.presets import GPU_PRESETS
+from xpyd_controller.model.presets import DATASHEET_GPUS
 from xpyd_controller.model.roofline import decode_step_seconds, prefill_seconds
 from xpyd_controller.model.specs import GpuSpec, ModelSpec
 
@@ -268,7 +268,7 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, (all_pre, all_dec) in data.items():
-        gpu = GPU_PRESETS[name]
+        gpu = DATASHEET_GPUS[name]
         pre = all_pre if args.all_tp else smallest_tensor_parallel(all_pre)
         dec = all_dec if args.all_tp else smallest_tensor_parallel(all_dec)
         f = fit(gpu, pre, dec)

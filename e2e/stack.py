@@ -86,6 +86,7 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
                 "gpu": "h100-sxm",
                 "peakFlops": 3e14,
                 "mfu": 0.4,
+                "mbu": 1.0,
                 "hbmBandwidth": 1e12,
                 "hbmBytes": 20e9,
                 "link": "ib-400g",

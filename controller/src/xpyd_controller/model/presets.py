@@ -13,6 +13,7 @@ Sources:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
@@ -44,16 +45,18 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
     "qwen2.5-72b": ModelSpec(params=72.7e9, layers=80, kv_heads=8, head_dim=128, hidden_size=8192),
 }
 
-GPU_PRESETS: dict[str, GpuSpec] = {
+DATASHEET_GPUS: dict[str, GpuSpec] = {
     # A100 SXM 80GB: 312 TFLOP/s dense bf16, 2.039 TB/s HBM2e, 80 GB.
     "a100-80g": GpuSpec(peak_flops=312e12, hbm_bandwidth=2.039e12, hbm_bytes=80e9),
     # H100 SXM5: 989 TFLOP/s dense bf16, 3.35 TB/s HBM3, 80 GB.
     "h100-sxm": GpuSpec(peak_flops=989e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9),
     # H200 SXM: 989 TFLOP/s dense bf16, 4.8 TB/s HBM3e, 141 GB.
     "h200": GpuSpec(peak_flops=989e12, hbm_bandwidth=4.8e12, hbm_bytes=141e9),
-    # B200 (HGX B200): 2.25 PFLOP/s dense bf16, 8 TB/s HBM3e, 180 GB.
+    # B200 (HGX B200): 2.25 PFLOP/s dense bf16, 8 TB/s HBM3e, 180 GB. No public measured profile found:
+    # it keeps the seeds' MFU 0.4 and MBU 1 (GpuSpec's defaults).
     "b200": GpuSpec(peak_flops=2.25e15, hbm_bandwidth=8e12, hbm_bytes=180e9),
 }
+"""The datasheet peaks, at the seeds' efficiencies (MFU 0.4, MBU 1): what GPU_CALIBRATION was fitted from."""
 
 LINK_PRESETS: dict[str, LinkSpec] = {
     "nvlink4": LinkSpec(bandwidth=900e9),  # NVLink 4 within an H100 node
@@ -75,8 +78,8 @@ class Calibration:
 
 
 # Fitted at each source's smallest tensor-parallel size; see docs/capacity-model.md, "Calibration".
-# Not the presets' defaults yet (MFU 0.4, MBU 1 above): every benchmark and scenario was measured with
-# those, and switching is a separate, re-measured change.
+# These are the presets' default MFU and MBU (and `xpyd plan`'s default step overhead); MFU is the
+# fraction of the peak of the precision that ran (H200: of the FP8 peak, applied to the BF16 one).
 GPU_CALIBRATION: dict[str, Calibration] = {
     "a100-80g": Calibration(
         0.63, 0.60, 0.0, "DistServe A100 profile + splitwise-sim Llama-2-70B TP2", 0.078, 0.047
@@ -84,3 +87,11 @@ GPU_CALIBRATION: dict[str, Calibration] = {
     "h100-sxm": Calibration(0.48, 0.54, 0.0, "splitwise-sim Llama-2-70B TP2", 0.068, 0.026),
     "h200": Calibration(0.49, 0.78, 0.0022, "Dynamo's H200 profile, Llama-3.1-8B FP8 TP1", 0.080, 0.041),
 }
+
+GPU_PRESETS: dict[str, GpuSpec] = {
+    name: dataclasses.replace(gpu, mfu=GPU_CALIBRATION[name].mfu, mbu=GPU_CALIBRATION[name].mbu)
+    if name in GPU_CALIBRATION
+    else gpu
+    for name, gpu in DATASHEET_GPUS.items()
+}
+"""What `--gpu` and `spec.hardware.gpu` name: the datasheet peaks with the calibrated MFU and MBU."""
