@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from xpyd_controller.model.explain import explain, format_bytes, format_seconds
-from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.presets import DATASHEET_GPUS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.model.specs import LinkSpec
 
 LLAMA_8B = MODEL_PRESETS["llama-3.1-8b"]
 LLAMA_70B = MODEL_PRESETS["llama-3.1-70b"]
-H100 = GPU_PRESETS["h100-sxm"]
+H100 = DATASHEET_GPUS["h100-sxm"]  # at the seeds' MFU 0.4 and MBU 1, which the hand numbers below use
 IB = LINK_PRESETS["ib-400g"]
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from xpyd_controller.cli import main
-from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.presets import DATASHEET_GPUS, GPU_CALIBRATION, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.sizing import JSON_KEYS, PoolConfig, Slo, Workload, size_pools
 
-BASE = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--link", "ib-400g"]
+PRESETS = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--link", "ib-400g"]
+# The hand-checked numbers below are at the seeds' efficiencies, not the calibrated preset's.
+BASE = [*PRESETS, "--mfu", "0.4", "--mbu", "1"]
 TRAFFIC = ["--rate", "10", "--isl", "4096", "--osl", "256"]
 
 
@@ -35,7 +37,7 @@ def test_json_has_the_design_keys_and_matches_the_model(capsys: pytest.CaptureFi
     assert set(JSON_KEYS) <= set(row)
     expected = size_pools(
         MODEL_PRESETS["llama-3.1-8b"],
-        GPU_PRESETS["h100-sxm"],
+        DATASHEET_GPUS["h100-sxm"],
         LINK_PRESETS["ib-400g"],
         Workload(rate=10, isl=4096, osl=256),
         Slo(ttft=1.5, tpot=0.04),
@@ -278,11 +280,23 @@ def test_console_entry_point_end_to_end() -> None:
 
 
 def test_plan_says_where_its_efficiencies_come_from(capsys: pytest.CaptureFixture[str]) -> None:
-    base = ("--model", "llama-3.1-8b", "--rate", "4", "--isl", "2000", "--osl", "200")
-    _, default, _ = run_plan(capsys, *base, "--gpu", "h100-sxm")
-    line = next(x for x in default.splitlines() if x.startswith("sources"))
-    assert "uncalibrated defaults" in line and "--mfu 0.48 --mbu 0.54" in line and "splitwise-sim" in line
-    _, given, _ = run_plan(capsys, *base, "--gpu", "h100-sxm", "--mfu", "0.48", "--mbu", "0.54")
+    def sources(*flags: str) -> tuple[dict[str, object], str]:
+        traffic = ("--rate", "40", "--isl", "2000", "--osl", "500")
+        assert main([*PRESETS[:3], *traffic, *flags, "--json"]) in (0, 1)
+        row = json.loads(capsys.readouterr().out)
+        assert main([*PRESETS[:3], *traffic, *flags]) in (0, 1)
+        return row, next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sources"))
+
+    default, line = sources("--gpu", "h100-sxm")
+    assert "MFU/MBU calibrated" in line and "MFU 0.48, MBU 0.54" in line and "splitwise-sim" in line
+    seeds, given = sources("--gpu", "h100-sxm", "--mfu", "0.4", "--mbu", "1")
     assert "MFU/MBU as given" in given
-    _, unmeasured, _ = run_plan(capsys, *base, "--gpu", "b200")
-    assert "no measured profile for b200" in unmeasured
+    # The calibrated preset's slower decode steps cost decode instances at the same load.
+    assert default["decode_instances"] > seeds["decode_instances"]  # type: ignore[operator]
+    h200, line = sources("--gpu", "h200")
+    assert "MFU 0.49, MBU 0.78, step overhead 2.2 ms" in line
+    assert h200["tpot_floor_seconds"] == pytest.approx(  # the fitted 2.2 ms step overhead is the default
+        GPU_CALIBRATION["h200"].step_overhead_s + 16.06e9 / (4.8e12 * 0.78), rel=0.01
+    )
+    _, unmeasured = sources("--gpu", "b200")
+    assert "the seeds' defaults, no measured profile for b200" in unmeasured

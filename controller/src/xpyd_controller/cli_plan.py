@@ -102,9 +102,9 @@ def register(subparsers: Any, help_text: str) -> None:
     gpu = parser.add_argument_group("GPU (per GPU)")
     gpu.add_argument("--gpu", choices=sorted(GPU_PRESETS), default="h100-sxm", help="GPU preset (h100-sxm)")
     gpu.add_argument("--peak-flops", type=float, help="dense peak FLOP/s")
-    gpu.add_argument("--mfu", type=float, help="achieved fraction of peak FLOP/s (0.4)")
+    gpu.add_argument("--mfu", type=float, help="achieved fraction of peak FLOP/s (the preset's calibrated)")
     gpu.add_argument("--hbm-bandwidth", type=float, help="HBM bytes/s")
-    gpu.add_argument("--mbu", type=float, help="achieved fraction of HBM bandwidth (1)")
+    gpu.add_argument("--mbu", type=float, help="achieved fraction of HBM bandwidth (the preset's calibrated)")
     gpu.add_argument("--hbm-bytes", type=float, help="HBM capacity, bytes")
     link = parser.add_argument_group("KV link")
     link.add_argument("--link", choices=sorted(LINK_PRESETS), default="ib-400g", help="link preset (ib-400g)")
@@ -134,7 +134,11 @@ def register(subparsers: Any, help_text: str) -> None:
     pools = parser.add_argument_group("pools")
     pools.add_argument("--prefill-gpus", type=float, default=1, help="GPUs per prefill instance (1)")
     pools.add_argument("--decode-gpus", type=float, default=1, help="GPUs per decode instance (1)")
-    pools.add_argument("--step-overhead", type=float, default=0.0, help="fixed seconds per decode step (0)")
+    pools.add_argument(
+        "--step-overhead",
+        type=float,
+        help="fixed seconds per decode step (the GPU preset's calibrated, else 0)",
+    )
     pools.add_argument(
         "--request-flow",
         choices=("decode-first", "prefill-first"),
@@ -221,6 +225,9 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
     """Flags (and one swept quantity) → validated specs. Raises SpecError or PlanInputError."""
     values: dict[str, Numeric | None] = {key: getattr(args, key) for key in vars(args)}
     values.update(sweep or {})
+    if values["step_overhead"] is None:
+        fit = GPU_CALIBRATION.get(args.gpu)
+        values["step_overhead"] = fit.step_overhead_s if fit else 0.0
 
     def number(name: str) -> Numeric:
         value = values[name]
@@ -371,18 +378,22 @@ def _header(inputs: PlanInputs) -> list[str]:
 
 
 def efficiency_source(gpu_name: str, gpu: GpuSpec) -> str:
-    """Where the MFU and MBU in use come from, and what the measured profiles say for this GPU."""
+    """Where the MFU and MBU in use come from: given flags, the calibrated preset, or the seeds' defaults."""
     preset = gpu_name.removesuffix(" (modified)")
     base = GPU_PRESETS.get(preset)
-    given = base is None or (gpu.mfu, gpu.mbu) != (base.mfu, base.mbu)
-    used = "MFU/MBU as given" if given else "MFU/MBU: the uncalibrated defaults"
     fit = GPU_CALIBRATION.get(preset)
+    if base is None or (gpu.mfu, gpu.mbu) != (base.mfu, base.mbu):
+        used = "MFU/MBU as given"
+    elif fit is None:
+        return f"MFU/MBU: the seeds' defaults, no measured profile for {preset} (peaks: NVIDIA datasheet)"
+    else:
+        used = "MFU/MBU calibrated"
     if fit is None:
         return f"{used}; no measured profile for {preset} (peaks: NVIDIA datasheet)"
     return (
-        f"{used}; measured profiles fit MFU {fit.mfu:g}, MBU {fit.mbu:g}, step overhead "
+        f"{used}; {preset}'s measured profiles fit MFU {fit.mfu:g}, MBU {fit.mbu:g}, step overhead "
         f"{format_seconds(fit.step_overhead_s)} ({fit.source}; median error prefill {fit.prefill_error:.0%}, "
-        f"decode {fit.decode_error:.0%}): pass --mfu {fit.mfu:g} --mbu {fit.mbu:g} to plan with them"
+        f"decode {fit.decode_error:.0%}; docs/capacity-model.md, Calibration)"
     )
 
 
