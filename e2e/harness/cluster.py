@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +55,14 @@ class LocalCluster:
     logs_dir: Path | None = None
     nodes: list[str] = field(default_factory=list)
     pod_network: str | None = None  # kwok: the loopback /16 its nodes' pod CIDRs are cut from
+    pids_dir: Path | None = None  # kwok: where each control-plane component's pid file is
+
+    def component_pid(self, component: str) -> int:
+        """The pid of a control-plane process (`etcd`, `kube-apiserver`, ...) of a kwok cluster, for
+        fault tests that pause or kill it."""
+        if self.pids_dir is None:
+            raise ClusterError(f"{self.provider} cluster {self.name}: its components are not local processes")
+        return int((self.pids_dir / f"{component}.pid").read_text().strip())
 
     def env(self) -> dict[str, str]:
         """Environment for subprocesses that talk to this cluster (kubectl, the operator, helm)."""
@@ -117,13 +125,21 @@ def cluster_provider() -> str:
     return provider
 
 
+ComponentArgs = Mapping[str, Mapping[str, str]]  # component name -> flag (without "--") -> value
+
+
 @contextlib.contextmanager
-def start_cluster(nodes: int = 3, name: str | None = None) -> Iterator[LocalCluster]:
-    """Start a cluster of the provider named by XPYD_CLUSTER; always tears it down on exit."""
+def start_cluster(
+    nodes: int = 3, name: str | None = None, component_args: ComponentArgs | None = None
+) -> Iterator[LocalCluster]:
+    """Start a cluster of the provider named by XPYD_CLUSTER; always tears it down on exit.
+    `component_args` adds flags to control-plane components (kwok only: a test that owns its cluster)."""
     provider = cluster_provider()
     name = name or f"xpyd-{uuid.uuid4().hex[:8]}"
+    if component_args and provider != "kwok":
+        raise ClusterError(f"component_args need XPYD_CLUSTER=kwok, not {provider}")
     if provider == "kwok":
-        with _kwok_cluster(name, nodes) as cluster:
+        with _kwok_cluster(name, nodes, component_args or {}) as cluster:
             yield cluster
     elif provider == "kind":
         with _kind_cluster(name) as cluster:
@@ -198,7 +214,7 @@ def _run_step(step: str, argv: Sequence[str], env: dict[str, str], timeout: floa
 
 
 @contextlib.contextmanager
-def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
+def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Iterator[LocalCluster]:
     bin_dir = testbin_dir()
     workdir = Path(tempfile.mkdtemp(prefix="xpyd-kwok-"))
     env = dict(os.environ)
@@ -224,13 +240,22 @@ def _kwok_cluster(name: str, nodes: int) -> Iterator[LocalCluster]:
                     "kubectlBinary": str(bin_dir / "kubectl"),
                     "cacheDir": str(workdir / "cache"),
                 },
+                "componentsPatches": [
+                    {"name": component, "extraArgs": [{"key": k, "value": v} for k, v in flags.items()]}
+                    for component, flags in component_args.items()
+                ],
             }
         )
     )
     cluster_dir = workdir / "clusters" / name
     kubeconfig = cluster_dir / "kubeconfig.yaml"
     cluster = LocalCluster(
-        name=name, provider="kwok", kubeconfig=kubeconfig, bin_dir=bin_dir, logs_dir=cluster_dir / "logs"
+        name=name,
+        provider="kwok",
+        kubeconfig=kubeconfig,
+        bin_dir=bin_dir,
+        logs_dir=cluster_dir / "logs",
+        pids_dir=cluster_dir / "pids",
     )
     kwokctl = str(bin_dir / "kwokctl")
     become_subreaper()

@@ -7,6 +7,7 @@ controller writes become instance pods that the controller then counts.
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -235,3 +236,81 @@ def holder(cluster: LocalCluster, namespace: str) -> str:
     if result.returncode != 0:
         return ""
     return str(json.loads(result.stdout)["spec"].get("holderIdentity") or "")
+
+
+def test_two_controllers_without_a_lease_say_so_and_only_one_decides(
+    kube_cluster: LocalCluster,
+    namespace: str,
+    prometheus_factory: Callable[[dict[str, Any]], PrometheusServer],
+    start_operator: OperatorFactory,
+    start_controller: ControllerFactory,
+) -> None:
+    """Two controllers on one PDDeployment without a Lease, with different policies (so they disagree):
+    the one whose identity sorts first decides, the other defers; each posts one ConcurrentDeciders
+    Warning, the status names both, the replicas never flap, and the other takes over when the first
+    one is gone."""
+    traffic = Traffic()
+    with engine_exporter("prefill", traffic) as prefill, engine_exporter("decode", traffic) as decode:
+        labels = {"namespace": namespace, "pdd": "twice"}
+        prom = prometheus_factory(
+            labelled_scrape_config(
+                {prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}}
+            )
+        )
+        wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+        start_operator()
+        apply(kube_cluster, namespace, autoscaled("twice", prom.url))
+        wait_ready(kube_cluster, namespace, "twice")
+        wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+
+        def start(identity: str, policy: str) -> ControllerProcess:
+            args = ["--no-leader-elect", "--identity", identity, "--policy", policy, "--metrics-port", "0"]
+            return start_controller(*args, name=identity)
+
+        start("b", "threshold")  # b decides alone first: the worse order, a must take over from it
+        wait_until(
+            lambda: autoscaler(kube_cluster, namespace, "twice").get("decider") == "b", 30, "b deciding"
+        )
+        first = start("a", "xpyd")
+        started = time.monotonic()
+
+        def both_reported() -> bool:
+            status = autoscaler(kube_cluster, namespace, "twice")
+            warnings = events(kube_cluster, namespace, "ConcurrentDeciders")
+            return (
+                status.get("decider") == "a"
+                and (status.get("deferringDecider") or {}).get("decider") == "b"
+                and "(b) runs without a Lease and defers" in (status.get("message") or "")
+                and any("b defers to it" in m for m in warnings)
+            )
+
+        wait_until(both_reported, 30, "a deciding, b deferring, both saying so")
+        reported = time.monotonic() - started
+        sizes, deciders = [], set()
+        observe_until = time.monotonic() + 8  # eight of the PDDeployment's 1 s intervals
+        while time.monotonic() < observe_until:
+            body = pdd_now(kube_cluster, namespace, "twice")
+            sizes.append((body["spec"]["prefill"]["replicas"], body["spec"]["decode"]["replicas"]))
+            deciders.add(((body.get("status") or {}).get("autoscaler") or {}).get("decider"))
+            time.sleep(0.25)
+        changes = [(old, new) for old, new in itertools.pairwise(sizes) if old != new]
+        desired_a = autoscaler(kube_cluster, namespace, "twice")["desired"]
+        warnings = events(kube_cluster, namespace, "ConcurrentDeciders")
+        print(f"\nboth reported {reported:.1f}s after a started; replica changes over 8 s: {changes}")
+        assert deciders == {"a"}
+        assert len(changes) <= 1, changes  # a's own growth at most; a flap would go back and forth
+        assert len(warnings) == 2, warnings  # one from each controller
+
+        first.kill(signal.SIGKILL)
+        stopped = time.monotonic()
+        wait_until(
+            lambda: autoscaler(kube_cluster, namespace, "twice").get("decider") == "b",
+            15,
+            "b to take over three intervals after a's last decision",
+        )
+        status = autoscaler(kube_cluster, namespace, "twice")
+        print(
+            f"b took over {time.monotonic() - stopped:.1f}s after a was killed; "
+            f"a (xpyd) wanted {desired_a}, b (threshold) wants {status['desired']}"
+        )
+        assert "deferringDecider" not in status

@@ -391,7 +391,9 @@ def test_a_refused_prometheus_url_is_never_called_and_said_once() -> None:
     assert [e[1] for e in cluster.events] == ["InvalidAutoscaling"]
 
 
-def test_a_second_decider_without_a_lease_is_reported_once_and_in_status() -> None:
+def test_a_second_decider_without_a_lease_defers_to_the_first_and_both_say_so() -> None:
+    """Two controllers without a Lease: the one whose identity sorts first decides, the other defers
+    (no replicas, no decision) while the first one's decisions are recent, and takes over when they stop."""
     cluster = FakeCluster(pdd())
     one = Controller(
         cluster, lambda url: FakeMetrics(BUSY), FakeTelemetry(), Settings(window_s=30, identity="a")
@@ -399,13 +401,22 @@ def test_a_second_decider_without_a_lease_is_reported_once_and_in_status() -> No
     two = Controller(
         cluster, lambda url: FakeMetrics(BUSY), FakeTelemetry(), Settings(window_s=30, identity="b")
     )
-    one.run_pass(1000.0)
-    assert cluster.autoscaler("web")["decider"] == "a"
-    two.run_pass(1005.0)
+    two.run_pass(1000.0)  # b started first and decided alone
+    assert cluster.autoscaler("web")["decider"] == "b"
+    one.run_pass(1005.0)  # a sees b's decision, decides anyway (it sorts first) and says so
     status = cluster.autoscaler("web")
-    assert status["decider"] == "b" and "another controller (a)" in status["message"]
-    for second in range(1, 4):  # both keep deciding: each reports the other, one Warning each
-        one.run_pass(1000.0 + 10 * second)
-        two.run_pass(1005.0 + 10 * second)
+    assert status["decider"] == "a" and "another controller (b) decided" in status["message"]
+    writes = len(cluster.replica_writes)
+    for second in range(1, 4):
+        two.run_pass(1000.0 + 10 * second)  # b defers
+        one.run_pass(1005.0 + 10 * second)
+    status = cluster.autoscaler("web")
+    assert status["decider"] == "a" and status["deferringDecider"]["decider"] == "b"
+    assert "another controller (b) runs without a Lease and defers" in status["message"]
+    assert len(cluster.replica_writes) <= writes + 1  # only a's own (its first decision may still change)
     warnings = [e for e in cluster.events if e[1] == "ConcurrentDeciders"]
     assert len(warnings) == 2 and all(e[3] for e in warnings)
+    assert "b defers to it" in warnings[1][2]
+    assert two.run_pass(1035.0 + 31) != []  # a stopped: three intervals after its last decision b takes over
+    status = cluster.autoscaler("web")
+    assert status["decider"] == "b" and "deferringDecider" not in status

@@ -66,6 +66,8 @@ EVENT_NO_METRICS = "MetricsUnavailable"
 EVENT_INVALID = "InvalidAutoscaling"
 EVENT_UNSUPPORTED = "UnsupportedField"
 EVENT_CONCURRENT = "ConcurrentDeciders"
+KEY_DEFERRING = "deferringDecider"  # status.autoscaler key of a controller deferring to this one
+CONCURRENT_INTERVALS = 3  # another controller's record this many intervals old still counts
 BEARER_UNSUPPORTED = (
     "spec.autoscaling.prometheus.bearerTokenSecretRef is set but not supported yet: "
     "Prometheus is queried without a token"
@@ -237,6 +239,8 @@ class Controller:
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
             self._report_problem(pdd, body, tracked, message, now)
             return None
+        if self._yields(pdd, body, tracked, now):
+            return None
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
         source = self.metrics(spec.autoscaling.prometheus.url)
         router = ROUTER_METRICS.get(spec.router.type)
@@ -295,9 +299,10 @@ class Controller:
             decider=self.settings.identity,
         )
         record = self._apply(pdd, tracked, record)
-        self.cluster.patch_status(
-            pdd.namespace, pdd.name, {"autoscaler": _replacing(body, render_autoscaler(record))}
-        )
+        autoscaler = render_autoscaler(record)
+        if yielding := self._recent(body, pdd, now, KEY_DEFERRING, "seenTime"):
+            autoscaler[KEY_DEFERRING] = yielding  # kept while the other one defers, so it stays visible
+        self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": _replacing(body, autoscaler)})
         self.telemetry.record_decision(pdd, record)
         return record
 
@@ -312,23 +317,70 @@ class Controller:
             tracked.warned_unsupported = True
         return BEARER_UNSUPPORTED
 
-    def _concurrent(self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float) -> str:
-        """Another controller decided this object recently (two deciders without a Lease flap the
-        replicas): said in every status while it lasts, and once per other decider as a Warning."""
-        previous = (body.get("status") or {}).get("autoscaler") or {}
-        other = previous.get("decider") if isinstance(previous, dict) else None
-        if not self.settings.identity or not other or other == self.settings.identity:
-            return ""
-        decided = parse_timestamp(str(previous.get("lastDecisionTime")))
-        if decided is None or now - decided > 3 * pdd.spec.autoscaling.interval_seconds:
-            return ""  # an old decision of a replica that has since stopped
-        message = (
-            f"another controller ({other}) decided this PDDeployment {now - decided:.0f}s ago: "
-            "run one controller, or several with leader election"
-        )
+    def _recent(
+        self, body: dict[str, Any], pdd: PDDeployment, now: float, key: str | None, time_key: str
+    ) -> dict[str, Any] | None:
+        """`status.autoscaler` (or its `key` object) when another controller wrote it within three
+        intervals; None when this controller wrote it, it is older, or identities are off."""
+        recorded = (body.get("status") or {}).get("autoscaler") or {}
+        if key is not None:
+            recorded = recorded.get(key) if isinstance(recorded, dict) else None
+        if not isinstance(recorded, dict) or not self.settings.identity:
+            return None
+        other = recorded.get("decider")
+        if not isinstance(other, str) or not other or other == self.settings.identity:
+            return None
+        written = parse_timestamp(str(recorded.get(time_key)))
+        if written is None or now - written > CONCURRENT_INTERVALS * pdd.spec.autoscaling.interval_seconds:
+            return None  # an old record of a controller that has since stopped (or deferred)
+        return recorded
+
+    def _warn_concurrent(self, pdd: PDDeployment, tracked: _Tracked, other: str, message: str) -> None:
         if tracked.warned_decider != other:
             self.cluster.post_event(pdd, EVENT_CONCURRENT, message, warning=True)
             tracked.warned_decider = other
+
+    def _yields(self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float) -> bool:
+        """Two controllers without a Lease on one object would flap its replicas; the one whose identity
+        sorts first keeps deciding and the other defers while the first one's decisions stay recent:
+        it writes no replicas and no decision, only `status.autoscaler.deferringDecider`, and one
+        Warning."""
+        decided = self._recent(body, pdd, now, None, "lastDecisionTime")
+        if decided is None or decided["decider"] > self.settings.identity:
+            return False
+        other = str(decided["decider"])
+        message = (
+            f"another controller ({other}) decides this PDDeployment too; {self.settings.identity} defers "
+            "to it while it does: run one controller, or several with leader election"
+        )
+        logger.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+        self._warn_concurrent(pdd, tracked, other, message)
+        deferring = {"decider": self.settings.identity, "seenTime": timestamp(now), "message": message}
+        self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": {KEY_DEFERRING: deferring}})
+        tracked.desired = None  # when it takes over, the first change is announced from the spec's sizes
+        return True
+
+    def _concurrent(self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float) -> str:
+        """Another controller decided this object recently (it had not seen this one yet), or defers to
+        this one: said in every status while it lasts, and once per other decider as a Warning."""
+        decided = self._recent(body, pdd, now, None, "lastDecisionTime")
+        deferring = self._recent(body, pdd, now, KEY_DEFERRING, "seenTime")
+        if decided is not None:
+            other = str(decided["decider"])
+            written = parse_timestamp(str(decided["lastDecisionTime"])) or now
+            message = (
+                f"another controller ({other}) decided this PDDeployment {now - written:.0f}s ago: "
+                "run one controller, or several with leader election"
+            )
+        elif deferring is not None:
+            other = str(deferring["decider"])
+            message = (
+                f"another controller ({other}) runs without a Lease and defers to this one: "
+                "run one controller, or several with leader election"
+            )
+        else:
+            return ""
+        self._warn_concurrent(pdd, tracked, other, message)
         return message
 
     def _apply(self, pdd: PDDeployment, tracked: _Tracked, record: DecisionRecord) -> DecisionRecord:
