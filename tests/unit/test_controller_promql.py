@@ -22,6 +22,23 @@ from xpyd_controller.metrics.promql import (
 SCOPE = Scope("serving", "llama", 30)
 P_SEL = '{namespace="serving",pdd="llama",role="prefill"}'
 D_SEL = '{namespace="serving",pdd="llama",role="decode"}'
+R_SEL = '{namespace="serving",pdd="llama",role=""}'
+
+
+def _p90(selector: str, name: str = "vllm:time_to_first_token_seconds") -> str:
+    return f"histogram_quantile(0.9, sum by (le) (rate({name}_bucket{selector}[30s])))"
+
+
+def _mean(selector: str, name: str = "vllm:time_to_first_token_seconds") -> str:
+    return f"sum(rate({name}_sum{selector}[30s])) / sum(rate({name}_count{selector}[30s]))"
+
+
+DECODE_TTFT_P90 = _p90(D_SEL)
+# prefill's and decode's TTFT as independent legs: both means + sqrt(sum of squared p90 excesses)
+TWO_LEGS = (
+    f"({_mean(P_SEL)}) + ({_mean(D_SEL)}) + "
+    f"sqrt((({_p90(P_SEL)}) - ({_mean(P_SEL)}))^2 + (({_p90(D_SEL)}) - ({_mean(D_SEL)}))^2)"
+)
 
 
 @pytest.mark.parametrize(
@@ -43,14 +60,7 @@ D_SEL = '{namespace="serving",pdd="llama",role="decode"}'
             Signal.DECODE_KV_USAGE,
             f"avg(vllm:kv_cache_usage_perc{D_SEL}) or avg(vllm:gpu_cache_usage_perc{D_SEL})",
         ),
-        (
-            Signal.TTFT_P90,
-            f"((histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{P_SEL}[30s]))))"
-            " >= 0) + "
-            f"(histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{D_SEL}[30s]))))"
-            " or "
-            f"histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{D_SEL}[30s])))",
-        ),
+        (Signal.TTFT_P90, f"({TWO_LEGS}) >= 0 or {DECODE_TTFT_P90}"),
         (
             Signal.TPOT_P90,
             f"histogram_quantile(0.9, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{D_SEL}[30s])))"
@@ -132,9 +142,6 @@ def test_every_engine_type_has_names(engine: EngineType, names: object) -> None:
     assert ENGINE_METRICS[engine] is names
 
 
-R_SEL = '{namespace="serving",pdd="llama",role=""}'
-
-
 def test_arrivals_come_from_the_router_first() -> None:
     """The users' side: the router's request counter, then prefill's admissions if it is not scraped."""
     assert build_queries(VLLM, SCOPE, VLLM_ROUTER)[Signal.ARRIVAL_RATE] == (
@@ -149,7 +156,17 @@ def test_ttft_from_a_router_that_exports_it_comes_first() -> None:
     assert query.startswith(
         f"histogram_quantile(0.9, sum by (le) (rate(router:ttft_seconds_bucket{R_SEL}[30s]))) or "
     )
-    assert "vllm_router" not in build_queries(VLLM, SCOPE, VLLM_ROUTER)[Signal.TTFT_P90]  # 0.1.17 has none
+    assert "vllm_router" not in build_queries(VLLM, SCOPE)[Signal.TTFT_P90]
+
+
+def test_under_vllm_router_the_legs_gain_the_routers_time_outside_prefills_clock() -> None:
+    """vllm-router 0.1.17 exports no TTFT; its request duration ends at decode's response headers, so
+    its mean less prefill's mean TTFT is what the engines' clocks miss; without router series (nothing
+    scrapes the router) the two legs alone, without prefill samples decode's own."""
+    outside = f"clamp_min(({_mean(R_SEL, 'vllm_router_pd_request_duration_seconds')}) - ({_mean(P_SEL)}), 0)"
+    assert build_queries(VLLM, SCOPE, VLLM_ROUTER)[Signal.TTFT_P90] == (
+        f"(({TWO_LEGS}) + {outside}) >= 0 or ({TWO_LEGS}) >= 0 or {DECODE_TTFT_P90}"
+    )
 
 
 def test_sglang_ttft_is_decodes_own() -> None:

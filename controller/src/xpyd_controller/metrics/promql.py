@@ -83,6 +83,10 @@ class RouterMetrics:
 
     requests: Sequence[str]  # counter of requests the router served
     ttft: Sequence[str]  # histogram of time to first token on the users' clock (base name)
+    # histogram (base name) of the time from the router taking a request until decode's response
+    # starts: prefill's whole leg with the hops around it. Its mean less prefill's mean TTFT is the
+    # time the engines' clocks miss (HTTP in and out of prefill, the router's own work).
+    until_decode_responds: Sequence[str] = ()
 
 
 # vLLM's V1 names (docs.vllm.ai "Production Metrics"); the older names are the V0 ones.
@@ -123,9 +127,14 @@ SGLANG = EngineMetrics(
     tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
 )
 
-# vllm-router 0.1.17 (measured): PD requests per route; no time-to-first-token series (its
-# vllm_router_pd_request_duration_seconds ends when decode's response starts, before its first token).
-VLLM_ROUTER = RouterMetrics(requests=("vllm_router_pd_requests_total",), ttft=())
+# vllm-router 0.1.17 (read in its sources, measured): PD requests per route; no time-to-first-token
+# series: its vllm_router_pd_request_duration_seconds is recorded when decode's response headers
+# arrive, before decode's first token (and its buckets are 2x apart: only its mean is read).
+VLLM_ROUTER = RouterMetrics(
+    requests=("vllm_router_pd_requests_total",),
+    ttft=(),
+    until_decode_responds=("vllm_router_pd_request_duration_seconds",),
+)
 
 ROUTER_METRICS: Mapping[RouterType, RouterMetrics] = {RouterType.VLLM_ROUTER: VLLM_ROUTER}
 
@@ -198,17 +207,48 @@ def _gauge(aggregate: str, names: Sequence[str], scope: Scope, role: Role) -> st
     return _either([f"{aggregate}({name}{selector})" for name in names])
 
 
+def _mean(names: Sequence[str], scope: Scope, role: Role | None) -> str:
+    """Mean of a histogram's observations over the window (its sum's rate over its count's)."""
+    selector = scope.selector(role)
+    return _either(
+        [
+            f"sum(rate({name}_sum{selector}[{scope.window}])) / sum(rate({name}_count{selector}[{scope.window}]))"
+            for name in names
+        ]
+    )
+
+
+def _two_legs(prefill_leg: Sequence[str], decode_leg: Sequence[str], scope: Scope) -> str:
+    """The p90 of prefill's TTFT plus decode's, taken as independent: both means plus the root of the
+    summed squares of each p90's excess over its mean. Exact for normal legs, within 2 % for two
+    equal exponential ones, and where one leg dominates it is that leg's p90 plus the other's mean;
+    the sum of the two p90s would overstate it by up to the smaller leg's spread (about 20 % for
+    equal legs)."""
+    prefill = (_quantile(prefill_leg, scope, Role.PREFILL), _mean(prefill_leg, scope, Role.PREFILL))
+    decode = (_quantile(decode_leg, scope, Role.DECODE), _mean(decode_leg, scope, Role.DECODE))
+    (p90_p, mean_p), (p90_d, mean_d) = prefill, decode
+    spread = f"sqrt((({p90_p}) - ({mean_p}))^2 + (({p90_d}) - ({mean_d}))^2)"
+    return f"({mean_p}) + ({mean_d}) + {spread}"
+
+
 def _ttft(engine: EngineMetrics, router: RouterMetrics | None, scope: Scope) -> str:
-    """TTFT on the users' clock: the router's where it exports one; else, for engines whose decode gets
-    the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull); a
-    sum of the two p90s, which bounds the p90 of the sum from above. Without prefill TTFT samples in
-    the window (an engine that records the users' TTFT on decode, as xpyd's simulator does) decode's
-    alone."""
+    """TTFT on the users' clock: the router's where it exports one. Else, for engines whose decode
+    gets the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull)
+    combined as two independent legs, plus the mean time the router saw outside prefill's clock where
+    the router exports how long prefill's leg took. Without prefill TTFT samples in the window (an
+    engine that records the users' TTFT on decode, as xpyd's simulator does) decode's alone; `>= 0`
+    drops the NaN an empty histogram gives, so `or` falls through to the next alternative."""
     decode = _quantile(engine.ttft, scope, Role.DECODE)
     alternatives = [_quantile(router.ttft, scope, None)] if router else []
     if engine.ttft_prefill_leg and decode:
-        prefill = _quantile(engine.ttft_prefill_leg, scope, Role.PREFILL)
-        alternatives.append(f"(({prefill}) >= 0) + ({decode})")  # `>= 0` drops NaN: no samples
+        legs = _two_legs(engine.ttft_prefill_leg, engine.ttft, scope)
+        if router and router.until_decode_responds:
+            router_leg = _mean(router.until_decode_responds, scope, None)
+            outside = (
+                f"clamp_min(({router_leg}) - ({_mean(engine.ttft_prefill_leg, scope, Role.PREFILL)}), 0)"
+            )
+            alternatives.append(f"(({legs}) + {outside}) >= 0")
+        alternatives.append(f"({legs}) >= 0")
     alternatives.append(decode)
     return _either([query for query in alternatives if query])
 
