@@ -42,6 +42,10 @@ def transfer(stack: RealStack) -> tuple[float, float]:
     return seconds / count, moved / count
 
 
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.0f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="replace this benchmark's section of docs")
@@ -55,6 +59,7 @@ def main() -> int:
         direct = ttft(run_inference_perf(env_dir / "loadgen", config, Path(tmp), timeout_s=600))
         xfer_s, xfer_bytes = transfer(stack)
         controller = stack.controller_answers["ttft_p90"]
+        legs = stack.ttft_legs
     load = os.getloadavg()[0]
     lines = [
         SECTION,
@@ -80,8 +85,11 @@ def main() -> int:
     lines += [
         f"| TTFT through the router, p50 / p90 (users' clock) | {routed['p50'] * 1000:.0f} / {routed['p90'] * 1000:.0f} ms |",
         f"| TTFT direct to one engine, p50 / p90 | {direct['p50'] * 1000:.0f} / {direct['p90'] * 1000:.0f} ms |",
-        f"| the controller's TTFT p90 under vllm-router (prefill p90 + decode p90, Prometheus) | "
-        f"{(controller or float('nan')) * 1000:.0f} ms |",
+        f"| the controller's TTFT p90 under vllm-router (prefill's and decode's TTFT as two legs + the "
+        f"router's mean time outside prefill's clock, Prometheus) | {(controller or float('nan')) * 1000:.0f} ms |",
+        f"| of it, means: prefill's TTFT / decode's TTFT / the router's time until decode responds | "
+        f"{_ms(legs['prefill_ttft_mean'])} / {_ms(legs['decode_ttft_mean'])} / "
+        f"{_ms(legs['router_until_decode_responds_mean'])} ms |",
         f"| KV transfer (vllm:nixl_xfer_time_seconds), mean per request | {xfer_s * 1000:.1f} ms for "
         f"{xfer_bytes / 1024:.0f} KiB |",
         "",
