@@ -126,6 +126,12 @@ def cluster_provider() -> str:
 
 
 ComponentArgs = Mapping[str, Mapping[str, str]]  # component name -> flag (without "--") -> value
+# Every kwok cluster runs one replica of each: leader election only lets a CPU-starved process die.
+# Measured: while the real-vLLM group loaded both cores, kube-controller-manager missed its lease
+# renewal ("leaderelection lost"), exited, and new namespaces got no default ServiceAccount any more.
+DEFAULT_COMPONENT_ARGS: ComponentArgs = {
+    component: {"leader-elect": "false"} for component in ("kube-controller-manager", "kube-scheduler")
+}
 
 
 @contextlib.contextmanager
@@ -213,6 +219,14 @@ def _run_step(step: str, argv: Sequence[str], env: dict[str, str], timeout: floa
     return result.stdout
 
 
+def _with_defaults(component_args: ComponentArgs) -> dict[str, dict[str, str]]:
+    """DEFAULT_COMPONENT_ARGS with the caller's flags over them."""
+    merged = {component: dict(flags) for component, flags in DEFAULT_COMPONENT_ARGS.items()}
+    for component, flags in component_args.items():
+        merged.setdefault(component, {}).update(flags)
+    return merged
+
+
 @contextlib.contextmanager
 def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Iterator[LocalCluster]:
     bin_dir = testbin_dir()
@@ -242,7 +256,7 @@ def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Itera
                 },
                 "componentsPatches": [
                     {"name": component, "extraArgs": [{"key": k, "value": v} for k, v in flags.items()]}
-                    for component, flags in component_args.items()
+                    for component, flags in _with_defaults(component_args).items()
                 ],
             }
         )

@@ -116,3 +116,17 @@ def test_crd_with_cel_rule_rejects_invalid_objects(
         assert names == ["widget.smoke.xpyd.dev/good"]
     finally:
         kube_cluster.kubectl("delete", "crd", "widgets.smoke.xpyd.dev", "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("component", ["kube-controller-manager", "kube-scheduler"])
+def test_single_replica_components_run_without_leader_election(
+    kube_cluster: LocalCluster, component: str
+) -> None:
+    """A starved component that misses its lease renewal exits under leader election (seen when the
+    real-vLLM group loaded both cores: no default ServiceAccount in new namespaces afterwards)."""
+    if kube_cluster.pids_dir is None:
+        pytest.skip(f"{kube_cluster.provider}: its components are not local processes")
+    pid = kube_cluster.component_pid(component)
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    elections = [arg for arg in args if arg.startswith("--leader-elect=")]
+    assert elections and elections[-1] == "--leader-elect=false", elections
