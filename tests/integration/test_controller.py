@@ -29,6 +29,8 @@ from tests.integration.controller import (
 )
 from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
 
+from xpyd_controller.model.calibration import mbu_from_decode_step
+from xpyd_controller.model.presets import GPU_PRESETS, MODEL_PRESETS
 from xpyd_controller.testing import ControllerProcess
 from xpyd_operator.testing import OperatorProcess
 
@@ -130,6 +132,15 @@ def test_auto_scales_from_prometheus_and_holds_when_it_goes_away(
         assert status["inputs"]["meanOutputTokens"] == pytest.approx(traffic.output_tokens, rel=0.01)
         assert status["inputs"]["decodeKvUsage"] == pytest.approx(traffic.kv_usage)
         assert status["predicted"]["ttftSeconds"] > 0 and status["predicted"]["tpotSeconds"] > 0
+        # the online calibration read decode's mean step (the 30 ms between tokens, through Prometheus's
+        # sum/count) as 100 running requests on 1 to 8 decode instances; prefill always had a queue
+        mbu, mfu = status["calibration"]["mbu"], status["calibration"]["mfu"]
+        assert mbu["samples"] >= 1 and mfu["samples"] == 0 and mbu["source"] == "preset"
+        bounds = [
+            float(mbu_from_decode_step(MODEL_PRESETS["llama-3.1-8b"], GPU_PRESETS["h100-sxm"], b, 2750, 0.03))
+            for b in (traffic.running / 8, traffic.running)
+        ]
+        assert bounds[0] * 0.99 <= mbu["fitted"] <= bounds[1] * 1.01
         assert (pdd_now(kube_cluster, namespace, "web").get("status") or {}).get(
             "conditions"
         )  # operator's kept

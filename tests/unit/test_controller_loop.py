@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -14,7 +15,11 @@ from xpyd_api.models import PDDeployment
 from xpyd_api.names import LABEL_ROLE, LABEL_SERVING
 from xpyd_controller.control.loop import Controller, Settings
 from xpyd_controller.control.status import DecisionRecord
-from xpyd_controller.metrics.promql import Signal
+from xpyd_controller.metrics.promql import POLICY_SIGNALS, Signal
+from xpyd_controller.model.calibration import MIN_SAMPLES
+from xpyd_controller.model.presets import GPU_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.roofline import decode_step_seconds, prefill_seconds
+from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.types import Decision
 
 BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one instance per role
@@ -31,6 +36,8 @@ BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one
     Signal.DECODE_KV_USAGE: 0.6,
     Signal.TTFT_P90: 0.3,
     Signal.TPOT_P90: 0.03,
+    Signal.PREFILL_TTFT_MEAN: 0.2,
+    Signal.TPOT_MEAN: 0.02,
 }
 IDLE = {signal: 0.0 for signal in Signal} | {
     signal: None
@@ -194,7 +201,7 @@ def test_no_metrics_holds_and_says_why_once() -> None:
     status = cluster.autoscaler("web")
     assert status["binding"] == "missing_data" and status["reasons"] == ["NoMetricsHold"]
     assert status["message"] == "Prometheus at http://prom:9090 unreachable"
-    assert status["missingData"] == [str(s) for s in Signal]
+    assert status["missingData"] == [str(s) for s in POLICY_SIGNALS]
     assert [(e[1], e[3]) for e in cluster.events] == [("MetricsUnavailable", True)]
 
 
@@ -420,3 +427,57 @@ def test_a_second_decider_without_a_lease_defers_to_the_first_and_both_say_so() 
     assert two.run_pass(1035.0 + 31) != []  # a stopped: three intervals after its last decision b takes over
     status = cluster.autoscaler("web")
     assert status["decider"] == "b" and "deferringDecider" not in status
+
+
+def _measured_on(gpu: GpuSpec, prefill_ready: int, decode_ready: int) -> dict[Signal, float | None]:
+    """BUSY's load as engines on `gpu` would report it: nothing waiting, the roofline's own times."""
+    model = MODEL_PRESETS["llama-3.1-8b"]
+    batch, context = BUSY[Signal.DECODE_RUNNING] / decode_ready, 2000.0 + 1500.0 / 2  # type: ignore[operator]
+    return {
+        **BUSY,
+        Signal.PREFILL_QUEUE: 0.0,
+        Signal.PREFILL_TTFT_MEAN: float(prefill_seconds(model, gpu, 2000.0)),
+        Signal.TPOT_MEAN: float(decode_step_seconds(model, gpu, batch, context)),
+    }
+
+
+def test_online_calibration_reports_in_status_and_sizes_once_confident() -> None:
+    true_gpu = dataclasses.replace(GPU_PRESETS["h100-sxm"], mfu=0.3, mbu=0.4)  # slower than the preset
+    cluster = FakeCluster(pdd(mode="Advisory", prefill=2, decode=2))  # Advisory: the pods stay 2 + 2
+    loop, telemetry = controller(cluster, FakeMetrics(_measured_on(true_gpu, 2, 2)))
+    for i in range(MIN_SAMPLES):
+        loop.run_pass(1000.0 + 10 * i)
+        calibration = cluster.autoscaler("web")["calibration"]
+        if i < MIN_SAMPLES - 1:
+            assert calibration["mbu"]["source"] == "preset" and not calibration["mbu"]["confident"]
+            assert calibration["mbu"]["inUse"] == GPU_PRESETS["h100-sxm"].mbu
+    assert calibration["mfu"] == {
+        "inUse": 0.3,
+        "source": "calibrated",
+        "fitted": 0.3,
+        "samples": MIN_SAMPLES,
+        "spread": 0.0,
+        "confident": True,
+    }
+    assert calibration["mbu"]["inUse"] == 0.4 and calibration["mbu"]["source"] == "calibrated"
+    first, last = telemetry.records[0][1], telemetry.records[-1][1]
+    # slower prefills and decode steps than the preset's: the same load is more prefill work and more
+    # concurrent decode sessions (decode's own growth is rate-limited here), and more prefill instances
+    assert last.decision.details["prefill_load"] == pytest.approx(
+        first.decision.details["prefill_load"] * 0.48 / 0.3
+    )
+    assert last.decision.details["concurrency"] > first.decision.details["concurrency"]
+    assert last.desired[0] > first.desired[0]
+
+
+def test_the_specs_own_efficiencies_are_not_replaced_by_the_calibration() -> None:
+    true_gpu = dataclasses.replace(GPU_PRESETS["h100-sxm"], mfu=0.3, mbu=0.4)
+    spec = pdd(mode="Advisory", prefill=2, decode=2)
+    spec["spec"]["hardware"] = {"gpu": "h100-sxm", "mbu": 0.9}
+    cluster = FakeCluster(spec)
+    loop, _ = controller(cluster, FakeMetrics(_measured_on(true_gpu, 2, 2)))
+    for i in range(MIN_SAMPLES):
+        loop.run_pass(1000.0 + 10 * i)
+    mbu = cluster.autoscaler("web")["calibration"]["mbu"]
+    assert (mbu["inUse"], mbu["source"], mbu["confident"]) == (0.9, "spec", True)
+    assert mbu["fitted"] == pytest.approx(0.4, rel=0.01)  # reported, so a wrong spec shows

@@ -6,9 +6,16 @@ import math
 
 import pytest
 
-from xpyd_controller.metrics.observation import build_observation, missing_signals
+from xpyd_controller.metrics.observation import (
+    build_observation,
+    implausible_signals,
+    live_window,
+    missing_signals,
+    sanitized,
+)
 from xpyd_controller.metrics.prometheus import single_value
-from xpyd_controller.metrics.promql import Signal
+from xpyd_controller.metrics.promql import POLICY_SIGNALS, Signal
+from xpyd_controller.model.calibration import LiveWindow
 from xpyd_controller.policy.types import PoolState
 
 PREFILL, DECODE = PoolState(2, 1, 0, 1), PoolState(3, 0, 1, 1)
@@ -26,6 +33,8 @@ FULL = {
     Signal.DECODE_KV_USAGE: 0.5,
     Signal.TTFT_P90: 0.4,
     Signal.TPOT_P90: 0.03,
+    Signal.PREFILL_TTFT_MEAN: 0.2,
+    Signal.TPOT_MEAN: 0.02,
 }
 
 
@@ -70,7 +79,7 @@ def test_missing_and_zero(changes: dict[str, float | None], field: str, expected
 def test_missing_signals_in_signal_order() -> None:
     answers = {**FULL, Signal.TPOT_P90: None, Signal.ARRIVAL_RATE: None}
     assert missing_signals(answers) == [Signal.ARRIVAL_RATE, Signal.TPOT_P90]
-    assert missing_signals({}) == list(Signal)
+    assert missing_signals({}) == list(POLICY_SIGNALS)
 
 
 @pytest.mark.parametrize(
@@ -90,3 +99,27 @@ def test_missing_signals_in_signal_order() -> None:
 def test_single_value_is_strict(result: object, expected: float | None) -> None:
     value = single_value(result)
     assert value == expected and (value is None or math.isfinite(value))
+
+
+def window(**changes: float | None) -> LiveWindow:
+    answers = {**FULL, **{Signal(k): v for k, v in changes.items()}}
+    return live_window(answers, build_observation(answers, PREFILL, DECODE, 100.0, 60.0))
+
+
+def test_live_window_for_the_calibration() -> None:
+    idle = window(prefill_queue=0.0)
+    # 2000-token prompts, a quarter from the prefix cache; 40 running on 3 ready decode instances
+    assert idle == LiveWindow(1500.0, 0.2, 40 / 3, 2000.0 + 300.0 / 2, 0.02)
+    assert window().prefill_seconds is None  # 5 requests waited: their TTFT is queueing, not compute
+    assert window(prefill_queue=None).prefill_seconds is None
+    assert window(tpot_mean=None, decode_running=None).decode_step_seconds is None
+    assert window(decode_running=None).decode_batch is None
+    assert window(output_tokens_rate=None).decode_context is None
+
+
+def test_calibration_signals_are_not_policy_inputs() -> None:
+    """Without them (xpyd's simulator records no prefill TTFT) nothing is missing for the policy, and a
+    corrupt one only skips a calibration reading: it never holds a scale-down."""
+    answers = {**FULL, Signal.PREFILL_TTFT_MEAN: None, Signal.TPOT_MEAN: 1e308}
+    assert missing_signals(answers) == [] and implausible_signals(answers) == []
+    assert sanitized(answers)[Signal.TPOT_MEAN] is None

@@ -31,9 +31,10 @@ from typing import Any, Protocol
 from xpyd_api.models import AutoscalingMode, PDDeployment, SpecError, parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.control.pools import pool_states
-from xpyd_controller.control.setup import limits, policy_context
+from xpyd_controller.control.setup import calibrated_gpu, gpu_spec, limits, policy_context
 from xpyd_controller.control.status import (
     DecisionRecord,
+    calibration_report,
     parse_timestamp,
     render_autoscaler,
     replacing_patch,
@@ -43,11 +44,13 @@ from xpyd_controller.metrics.endpoints import url_problem
 from xpyd_controller.metrics.observation import (
     build_observation,
     implausible_signals,
+    live_window,
     missing_signals,
     sanitized,
 )
 from xpyd_controller.metrics.promql import (
     ENGINE_METRICS,
+    POLICY_SIGNALS,
     ROUTER_METRICS,
     LabelNames,
     Scope,
@@ -55,7 +58,9 @@ from xpyd_controller.metrics.promql import (
     build_queries,
     check_window,
 )
-from xpyd_controller.policy.context import PolicyContext
+from xpyd_controller.model.calibration import LiveWindow, OnlineCalibration
+from xpyd_controller.model.specs import GpuSpec
+from xpyd_controller.policy.context import PolicyContext, Recalibrable
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Policy
 
@@ -136,6 +141,8 @@ class _Tracked:
     warned_unsupported: bool = False  # the UnsupportedField Warning was posted for this object
     in_flight: Future[DecisionRecord | None] | None = None  # the decision running now, if any
     warned_decider: str = ""  # the other decider a ConcurrentDeciders Warning was posted about
+    calibration: OnlineCalibration = field(default_factory=OnlineCalibration)  # this deployment's readings
+    gpu_in_use: GpuSpec | None = None  # the efficiencies the policy sizes with (calibrated or not)
 
 
 def _same_setup(old: PolicyContext, new: PolicyContext) -> bool:
@@ -143,6 +150,16 @@ def _same_setup(old: PolicyContext, new: PolicyContext) -> bool:
     return (
         dataclasses.replace(new, initial_prefill=old.initial_prefill, initial_decode=old.initial_decode)
         == old
+    )
+
+
+def _same_hardware(old: PolicyContext, new: PolicyContext) -> bool:
+    """The calibration's readings still describe the same model on the same GPUs."""
+    return (old.model, old.gpu, old.prefill_gpus_per_instance, old.decode_gpus_per_instance) == (
+        new.model,
+        new.gpu,
+        new.prefill_gpus_per_instance,
+        new.decode_gpus_per_instance,
     )
 
 
@@ -220,9 +237,35 @@ class Controller:
     def _policy(self, pdd: PDDeployment, tracked: _Tracked) -> Policy:
         context = policy_context(pdd.spec)
         if tracked.policy is None or tracked.context is None or not _same_setup(tracked.context, context):
+            if tracked.context is None or not _same_hardware(tracked.context, context):
+                tracked.calibration, tracked.gpu_in_use = OnlineCalibration(), None
             tracked.policy = make_policy(self.settings.policy, context)
             tracked.context = context
+            if tracked.gpu_in_use is not None and isinstance(tracked.policy, Recalibrable):
+                tracked.policy.use_gpu(tracked.gpu_in_use)
         return tracked.policy
+
+    def _calibrate(self, pdd: PDDeployment, tracked: _Tracked, policy: Policy, window: LiveWindow) -> None:
+        """One window's readings into the deployment's calibration; a policy that can re-size with
+        efficiencies (Recalibrable) gets the calibrated GPU once the fit is confident."""
+        context = tracked.context or policy_context(pdd.spec)
+        tracked.calibration = tracked.calibration.observe(
+            context.model,
+            tracked.gpu_in_use or context.gpu,
+            window,
+            prefill_gpus=context.prefill_gpus_per_instance,
+            decode_gpus=context.decode_gpus_per_instance,
+            step_overhead=context.step_overhead_s,
+        )
+        if not isinstance(policy, Recalibrable):
+            return
+        gpu = calibrated_gpu(pdd.spec.hardware, tracked.calibration, tracked.gpu_in_use)
+        if gpu != (tracked.gpu_in_use or context.gpu):
+            logger.info(
+                "%s/%s: sizing with calibrated MFU %g, MBU %g", pdd.namespace, pdd.name, gpu.mfu, gpu.mbu
+            )
+            policy.use_gpu(gpu)
+        tracked.gpu_in_use = gpu
 
     def _decide(
         self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float
@@ -252,10 +295,11 @@ class Controller:
         observation = build_observation(
             answers, pools[Role.PREFILL], pools[Role.DECODE], now, self.settings.window_s
         )
+        self._calibrate(pdd, tracked, policy, live_window(answers, observation))
         missing = missing_signals(answers)
         bounds = limits(spec)
         note = ""
-        if len(missing) == len(Signal):
+        if len(missing) == len(POLICY_SIGNALS):
             note = source.last_error or "no engine series matched the PDDeployment's labels"
             decision = Decision(None, None, binding="missing_data", reasons=(HOLD_NO_METRICS,))
             if tracked.problem != note:
@@ -297,6 +341,12 @@ class Controller:
                 )
             ),
             decider=self.settings.identity,
+            calibration=calibration_report(
+                tracked.calibration,
+                tracked.gpu_in_use or gpu_spec(spec.hardware),
+                gpu_spec(spec.hardware),
+                spec.hardware,
+            ),
         )
         record = self._apply(pdd, tracked, record)
         autoscaler = render_autoscaler(record)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from xpyd_api.models import EngineType, HardwareSpec, PDDeploymentSpec, RouterType
 from xpyd_api.models import ModelSpec as ApiModelSpec
+from xpyd_controller.model.calibration import Fitted, OnlineCalibration
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.sizing import RequestFlow
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
@@ -60,6 +61,33 @@ def model_spec(model: ApiModelSpec) -> ModelSpec:
 def gpu_spec(hardware: HardwareSpec) -> GpuSpec:
     preset = _preset(GPU_PRESETS, "spec.hardware.gpu", hardware.gpu or DEFAULT_GPU)
     return dataclasses.replace(preset, **_given(hardware, _GPU_FIELDS))
+
+
+CALIBRATION_HYSTERESIS = 0.1  # a fit in use is replaced only when the new one differs by more
+
+
+def _efficiency(given: float | None, preset: float, fit: Fitted, in_use: float) -> float:
+    if given is not None:
+        return given
+    if not fit.confident or fit.value is None:
+        return in_use  # the preset, or the last confident fit: readings that disagree change nothing
+    if in_use != preset and abs(fit.value - in_use) <= CALIBRATION_HYSTERESIS * in_use:
+        return in_use  # the fit in use still holds: no churn in the sizing on every window
+    return round(fit.value, 3)
+
+
+def calibrated_gpu(
+    hardware: HardwareSpec, calibration: OnlineCalibration, in_use: GpuSpec | None = None
+) -> GpuSpec:
+    """The GPU to size with: MFU and MBU as the spec gives them, else the online calibration's once it is
+    confident (kept until a confident fit differs by more than CALIBRATION_HYSTERESIS), else the preset's."""
+    preset = gpu_spec(hardware)
+    current = in_use or preset
+    return dataclasses.replace(
+        preset,
+        mfu=_efficiency(hardware.mfu, preset.mfu, calibration.mfu, current.mfu),
+        mbu=_efficiency(hardware.mbu, preset.mbu, calibration.mbu, current.mbu),
+    )
 
 
 def link_spec(hardware: HardwareSpec) -> LinkSpec:

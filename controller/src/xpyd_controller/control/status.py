@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from xpyd_api.models import HardwareSpec
+from xpyd_controller.model.calibration import Fitted, OnlineCalibration
+from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.types import Decision, Observation, PoolState
 
 
@@ -29,6 +32,7 @@ class DecisionRecord:
     generation: int
     note: str = ""  # why data was missing (Prometheus unreachable, a query rejected), if known
     decider: str = ""  # identity of the controller that decided (another one's means two are deciding)
+    calibration: Mapping[str, Any] | None = None  # status.autoscaler.calibration (calibration_report)
 
 
 def timestamp(epoch: float) -> str:
@@ -53,6 +57,29 @@ def _number(value: float | None) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return round(value, 6)
+
+
+def _efficiency(fit: Fitted, in_use: float, preset: float, given: float | None) -> dict[str, Any]:
+    source = "spec" if given is not None else "calibrated" if in_use != preset else "preset"
+    return {
+        "inUse": _number(in_use),
+        "source": source,
+        "fitted": _number(fit.value),
+        "samples": fit.samples,
+        "spread": _number(fit.spread),
+        "confident": fit.confident,
+    }
+
+
+def calibration_report(
+    calibration: OnlineCalibration, in_use: GpuSpec, preset: GpuSpec, hardware: HardwareSpec
+) -> dict[str, Any]:
+    """`status.autoscaler.calibration`: per efficiency, the value the sizing uses and where it comes from
+    (the spec, the online fit, or the preset), and the fit itself (median, readings, spread)."""
+    return {
+        "mfu": _efficiency(calibration.mfu, in_use.mfu, preset.mfu, hardware.mfu),
+        "mbu": _efficiency(calibration.mbu, in_use.mbu, preset.mbu, hardware.mbu),
+    }
 
 
 def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
@@ -92,6 +119,7 @@ def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
             "decode": _pool(obs.decode),
         },
         "details": {key: _number(value) for key, value in sorted(details.items())},
+        "calibration": dict(record.calibration) if record.calibration is not None else None,
     }
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from xpyd_controller.metrics.promql import Signal
+from xpyd_controller.metrics.promql import POLICY_SIGNALS, Signal
+from xpyd_controller.model.calibration import LiveWindow
 from xpyd_controller.policy.types import Observation, PoolState
 
 Answers = Mapping[Signal, float | None]
@@ -37,6 +38,8 @@ PLAUSIBLE: Mapping[Signal, tuple[float, float]] = {
     Signal.DECODE_KV_USAGE: (0.0, 1.5),  # a fraction; engines briefly report a little above 1
     Signal.TTFT_P90: (0.0, _SECONDS),
     Signal.TPOT_P90: (0.0, _SECONDS),
+    Signal.PREFILL_TTFT_MEAN: (0.0, _SECONDS),
+    Signal.TPOT_MEAN: (0.0, _SECONDS),
 }
 
 
@@ -46,8 +49,8 @@ def plausible(signal: Signal, value: float) -> bool:
 
 
 def implausible_signals(answers: Answers) -> list[Signal]:
-    """Signals that answered with a value no fleet produces (they are treated as missing)."""
-    return [s for s in Signal if (v := answers.get(s)) is not None and not plausible(s, v)]
+    """Policy signals that answered with a value no fleet produces (they are treated as missing)."""
+    return [s for s in POLICY_SIGNALS if (v := answers.get(s)) is not None and not plausible(s, v)]
 
 
 def sanitized(answers: Answers) -> dict[Signal, float | None]:
@@ -63,8 +66,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def missing_signals(answers: Answers) -> list[Signal]:
-    """Signals without data, in a stable order (for status and the missing-data counter)."""
-    return [signal for signal in Signal if answers.get(signal) is None]
+    """Policy signals without data, in a stable order (for status and the missing-data counter)."""
+    return [signal for signal in POLICY_SIGNALS if answers.get(signal) is None]
 
 
 def build_observation(
@@ -89,4 +92,26 @@ def build_observation(
         decode_kv_usage=value(Signal.DECODE_KV_USAGE),
         ttft_p90_s=value(Signal.TTFT_P90),
         tpot_p90_s=value(Signal.TPOT_P90),
+    )
+
+
+def live_window(answers: Answers, observation: Observation) -> LiveWindow:
+    """The online calibration's numbers for one window, per instance (None where unmeasured).
+
+    Prefill: the prefill pool's mean TTFT is its compute time only while no request waits (then the
+    tokens computed are the mean prompt less its prefix-cache hits). Decode: the mean time between
+    tokens is one step of a batch of the running requests per ready instance, each holding about its
+    prompt and half its output in KV.
+    """
+    idle = observation.prefill_queue is not None and observation.prefill_queue < 0.5
+    isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
+    hit = observation.prefix_hit_rate or 0.0
+    ready = observation.decode.ready
+    running = observation.decode_running
+    return LiveWindow(
+        prefill_tokens=None if isl is None else isl * (1.0 - hit),
+        prefill_seconds=answers.get(Signal.PREFILL_TTFT_MEAN) if idle else None,
+        decode_batch=None if running is None or ready < 1 else running / ready,
+        decode_context=None if isl is None or osl is None else isl + osl / 2.0,
+        decode_step_seconds=answers.get(Signal.TPOT_MEAN),
     )

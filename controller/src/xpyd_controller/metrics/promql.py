@@ -37,6 +37,15 @@ class Signal(StrEnum):
     DECODE_KV_USAGE = "decode_kv_usage"
     TTFT_P90 = "ttft_p90"
     TPOT_P90 = "tpot_p90"
+    # for the online calibration (model/calibration.py), not the policy: means, not percentiles
+    PREFILL_TTFT_MEAN = "prefill_ttft_mean"  # the prefill pool's own TTFT: its compute while none waits
+    TPOT_MEAN = "tpot_mean"  # the decode pool's mean time between output tokens: one decode step
+
+
+CALIBRATION_SIGNALS = frozenset({Signal.PREFILL_TTFT_MEAN, Signal.TPOT_MEAN})
+# What the policy's Observation is made of: the signals whose absence is "missing data" in status and
+# whose corruption holds scale-downs (the calibration's only skip a reading).
+POLICY_SIGNALS = tuple(signal for signal in Signal if signal not in CALIBRATION_SIGNALS)
 
 
 @dataclass(frozen=True)
@@ -278,5 +287,7 @@ def build_queries(
         Signal.DECODE_KV_USAGE: _gauge("avg", engine.kv_usage, scope, decode),
         Signal.TTFT_P90: _ttft(engine, router, scope),
         Signal.TPOT_P90: _quantile(engine.tpot, scope, decode),
+        Signal.PREFILL_TTFT_MEAN: _mean(engine.ttft, scope, prefill),
+        Signal.TPOT_MEAN: _mean(engine.tpot, scope, decode),
     }
     return {signal: query for signal, query in queries.items() if query}

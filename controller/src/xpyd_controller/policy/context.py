@@ -10,7 +10,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from xpyd_controller.model.sizing import REQUEST_FLOWS, RequestFlow
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
@@ -68,6 +68,14 @@ class PolicyContext:
             raise PolicyConfigError(
                 "*", "step_overhead_s", self.step_overhead_s, "must be a finite number >= 0"
             )
+
+
+@runtime_checkable
+class Recalibrable(Protocol):
+    """A policy that sizes with new efficiencies without losing its windows (the controller's online
+    calibration hands it a GPU with the fitted MFU/MBU)."""
+
+    def use_gpu(self, gpu: GpuSpec) -> None: ...
 
 
 ConfigT = TypeVar("ConfigT")

@@ -17,6 +17,7 @@ on the last known lengths but never down; a rate of exactly 0 is zero demand and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -24,6 +25,7 @@ from typing import TypeGuard
 import numpy as np
 
 from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools, std_from_quantile
+from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
 from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, require_in
 from xpyd_controller.policy.limits import validate_limits
@@ -132,6 +134,10 @@ class XpydPolicy:
         self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
         self._lengths = _Smoothed(config.length_smoothing_s)
+
+    def use_gpu(self, gpu: GpuSpec) -> None:
+        """Size with these efficiencies from the next decision on; every window and guard is kept."""
+        self.context = dataclasses.replace(self.context, gpu=gpu)
 
     def _demand(self, observation: Observation) -> _Demand | str:
         """What to size for, or the CamelCase reason why there is nothing trustworthy to size for.
