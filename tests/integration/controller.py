@@ -55,13 +55,26 @@ def exposition(role: str, traffic: Traffic, elapsed: float) -> str:
     return render(series, "m")
 
 
+def garbled(text: str, values: Mapping[str, str]) -> str:
+    """The exposition with the samples of the named series replaced (e.g. by "NaN", "+Inf", "1e308")."""
+    lines = []
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        lines.append(f"{line.rsplit(' ', 1)[0]} {values[name]}" if name in values else line)
+    return "\n".join(lines) + "\n"
+
+
 @contextmanager
-def engine_exporter(role: str, traffic: Traffic) -> Iterator[str]:
-    """Serve one pool's metrics on loopback; yields `127.0.0.1:PORT`."""
+def engine_exporter(role: str, traffic: Traffic, garbage: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Serve one pool's metrics on loopback; yields `127.0.0.1:PORT`. While `garbage` (a mapping the
+    caller may empty later) names series, their samples are replaced by its values."""
     started = time.monotonic()
-    with loopback_server(
-        exposition_handler(lambda: exposition(role, traffic, time.monotonic() - started))
-    ) as address:
+
+    def render_now() -> str:
+        text = exposition(role, traffic, time.monotonic() - started)
+        return garbled(text, garbage) if garbage else text
+
+    with loopback_server(exposition_handler(render_now)) as address:
         yield address
 
 

@@ -325,3 +325,70 @@ def test_two_controllers_without_a_lease_say_so_and_only_one_decides(
             f"a (xpyd) wanted {desired_a}, b (threshold) wants {status['desired']}"
         )
         assert "deferringDecider" not in status
+
+
+def test_absurd_and_non_finite_metrics_never_shrink_a_pool_nor_break_its_status(
+    kube_cluster: LocalCluster,
+    namespace: str,
+    prometheus_factory: Callable[[dict[str, Any]], PrometheusServer],
+    start_operator: OperatorFactory,
+    start_controller: ControllerFactory,
+) -> None:
+    """The probe's 1e308 scaled prefill down and then every status patch carried NaN (refused by the API
+    server). Pools larger than the traffic needs, gauges of 1e308, +Inf and NaN through a real
+    Prometheus: no replica moves, every decision reaches the status; the control: once the values are
+    sane again the same controller shrinks the pools."""
+    traffic = Traffic()
+    prefill_garbage = {"vllm:num_requests_waiting": "1e308"}
+    decode_garbage = {"vllm:num_requests_running": "+Inf", "vllm:kv_cache_usage_perc": "NaN"}
+    with (
+        engine_exporter("prefill", traffic, prefill_garbage) as prefill,
+        engine_exporter("decode", traffic, decode_garbage) as decode,
+    ):
+        labels = {"namespace": namespace, "pdd": "garbled"}
+        prom = prometheus_factory(
+            labelled_scrape_config(
+                {prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}}
+            )
+        )
+        wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+        start_operator()
+        body = autoscaled("garbled", prom.url)
+        body["spec"]["prefill"]["replicas"], body["spec"]["decode"]["replicas"] = 6, 8
+        body["spec"]["autoscaling"]["scaleDownWindowSeconds"] = 0
+        apply(kube_cluster, namespace, body)
+        wait_ready(kube_cluster, namespace, "garbled")
+        wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+        start_controller("--no-leader-elect", "--metrics-port", "0")
+        wait_until(
+            lambda: bool(autoscaler(kube_cluster, namespace, "garbled").get("lastDecisionTime")),
+            30,
+            "the first decision in status",
+        )
+        sizes, decided, notes = set(), set(), set()
+        observe_until = time.monotonic() + 8  # eight of the PDDeployment's 1 s intervals
+        while time.monotonic() < observe_until:
+            now = pdd_now(kube_cluster, namespace, "garbled")
+            sizes.add((now["spec"]["prefill"]["replicas"], now["spec"]["decode"]["replicas"]))
+            status = (now.get("status") or {}).get("autoscaler") or {}
+            decided.add(status["lastDecisionTime"])
+            notes.add(status.get("message") or "")
+            time.sleep(0.25)
+        status = autoscaler(kube_cluster, namespace, "garbled")
+        print(f"\nsizes {sizes}; {len(decided)} decisions in status; reasons {status['reasons']}; {notes}")
+        assert sizes == {(6, 8)}
+        assert len(decided) >= 5  # the status patches went through, second after second
+        assert all("implausible values treated as missing" in note for note in notes)
+        assert "prefill_queue" in status["message"]  # 1e308: answered, implausible
+        assert {"decode_running", "decode_kv_usage"} <= set(status["missingData"])  # ±Inf, NaN: no answer
+        assert "nan" not in json.dumps(status).lower() and "inf" not in json.dumps(status["inputs"]).lower()
+
+        prefill_garbage.clear()  # the control: sane values, the same pools are too large
+        decode_garbage.clear()
+        cleaned = time.monotonic()
+        wait_until(
+            lambda: pdd_now(kube_cluster, namespace, "garbled")["spec"]["prefill"]["replicas"] < 6,
+            60,
+            "the controller to shrink prefill once the values are sane",
+        )
+        print(f"sane values: prefill shrunk {time.monotonic() - cleaned:.1f}s later")
