@@ -64,7 +64,7 @@ def main() -> int:
     lines = [
         SECTION,
         "",
-        f"Command: `.venv/bin/python benchmarks/real_vllm.py --write` on {platform.machine()} / Python "
+        f"Command: `nice -n 15 .venv/bin/python benchmarks/real_vllm.py --write` on {platform.machine()} / Python "
         f"{platform.python_version()} (shared 2-core machine, 1-min load average {load:.2f} at the end; "
         "one stack, medians and p90s over its requests).",
         "",
@@ -93,7 +93,7 @@ def main() -> int:
         f"| KV transfer (vllm:nixl_xfer_time_seconds), mean per request | {xfer_s * 1000:.1f} ms for "
         f"{xfer_bytes / 1024:.0f} KiB |",
         "",
-        "The machine was shared with other builds and tests (load average near 30 on 2 cores): the latencies are CPU starvation, not the model (one engine alone on a quiet core decodes at ~80 tok/s, see the real-data-plane note); the comparisons within the run hold. An idle NIXL worker still busy-polls about half a core.",
+        "The machine was shared with other builds and tests (load average near 30 on 2 cores): the latencies are CPU starvation, not the model (one engine alone on a quiet core decodes at ~80 tok/s, see the real-data-plane note); the comparisons within the run hold. An idle NIXL worker busy-polls (0.45-0.53 of a core in a run without nice; less when a loaded machine gives it less).",
         "",
         "Environment (`hack/vllm-env`, cached in ~/.cache/xpyd/vllm-cpu-…): cold 5 min 48 s with an empty "
         "download cache (vLLM venv 6.2 GB incl. CUDA torch and nvidia wheels, inference-perf venv 0.5 GB, "
