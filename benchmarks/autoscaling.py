@@ -41,7 +41,7 @@ JobT = TypeVar("JobT")
 EXPECTED_POLICIES = (
     "static",
     "threshold",
-    "dynamo",
+    "throughput-planner",
     *real_dynamo.NAMES,
     "xpyd",
     "oracle-static",
@@ -193,7 +193,7 @@ def quality_verdict(outcomes: list[Outcome]) -> list[str]:
             ratio = mean("xpyd", "gpu_hours") / mean(reference, "gpu_hours")
             verdict = "met" if ratio <= bound else "NOT met"
             lines.append(f"- GPU-hours ≤ {bound}× {reference}: {ratio:.3f}× → {verdict}")
-    for rival in ("dynamo", *real_dynamo.NAMES):
+    for rival in ("throughput-planner", *real_dynamo.NAMES):
         if rival in have:
             ours, theirs = (
                 mean("xpyd", "good_requests_per_gpu_hour"),
@@ -210,7 +210,7 @@ HEADLINE_ROWS = {
     "xpyd": "xpyd",
     "dynamo-1.6.1-constant": "real Dynamo 1.6.1, constant predictor",
     "dynamo-1.6.1-arima": "real Dynamo 1.6.1, ARIMA (its default)",
-    "dynamo": "Dynamo re-implementation (policy/dynamo.py)",
+    "throughput-planner": "throughput planner, Dynamo-style re-implementation (policy/throughput_planner.py)",
     "threshold": "threshold (HPA/KEDA-style)",
     "static": "static (the start split)",
     "oracle-static": "oracle-static (best fixed split, hindsight)",

@@ -43,7 +43,7 @@ SCENARIO = "mix-swing"
 VARIANTS = {
     "xpyd": ("xpyd", True),
     "xpyd, no conversion": ("xpyd", False),
-    "dynamo": ("dynamo", True),
+    "throughput-planner": ("throughput-planner", True),
     **{name: (name, True) for name in real_dynamo.NAMES},
     "threshold": ("threshold", True),
     "oracle-window": ("oracle-window", True),

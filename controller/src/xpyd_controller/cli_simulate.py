@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from xpyd_controller.policy.types import Policy
 
 # `--help` lists them without loading every policy (test_simulate_cli holds it to sim.policies).
-POLICY_NAMES = ("dynamo", "static", "threshold", "xpyd", "oracle-static", "oracle-window")
+POLICY_NAMES = ("static", "threshold", "throughput-planner", "xpyd", "oracle-static", "oracle-window")
 
 PROGRESS_EVERY_S = 2.0  # wall-clock seconds between progress lines on stderr
 

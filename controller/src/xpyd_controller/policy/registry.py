@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext
-from xpyd_controller.policy.dynamo import make_dynamo
 from xpyd_controller.policy.static import make_static
 from xpyd_controller.policy.threshold import make_threshold
+from xpyd_controller.policy.throughput_planner import make_throughput_planner
 from xpyd_controller.policy.types import Policy
 from xpyd_controller.policy.xpyd import make_xpyd
 
 PolicyFactory = Callable[[PolicyContext], Policy]
 
 POLICIES: Mapping[str, PolicyFactory] = {
-    "dynamo": make_dynamo,
     "static": make_static,
     "threshold": make_threshold,
+    "throughput-planner": make_throughput_planner,
     "xpyd": make_xpyd,
 }
 

@@ -11,8 +11,8 @@ from tests.unit.policy_context import CONTEXT
 
 from xpyd_controller.model.roofline import prefill_seconds
 from xpyd_controller.policy.context import PolicyConfigError
-from xpyd_controller.policy.dynamo import DynamoPlanner, EngineProfile
 from xpyd_controller.policy.registry import make_policy
+from xpyd_controller.policy.throughput_planner import EngineProfile, ThroughputPlanner
 from xpyd_controller.policy.types import Limits, Observation, PoolState
 
 
@@ -28,9 +28,9 @@ def observe(time_s: float, **changes: Any) -> Observation:
     return Observation(time_s=time_s, window_s=15.0, **fields)
 
 
-def planner(**knobs: float) -> DynamoPlanner:
-    made = make_policy("dynamo", dataclasses.replace(CONTEXT, knobs=knobs))
-    assert isinstance(made, DynamoPlanner)
+def planner(**knobs: float) -> ThroughputPlanner:
+    made = make_policy("throughput-planner", dataclasses.replace(CONTEXT, knobs=knobs))
+    assert isinstance(made, ThroughputPlanner)
     return made
 
 
