@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from e2e.harness import start_cluster
-from e2e.stack import Demo, DemoSettings, ScaleCounts, demo_stack, progress_line
+from e2e.stack import Demo, DemoSettings, Reversals, ScaleCounts, demo_stack, progress_line, targets_line
 from xpyd_controller.sim.live import FleetStats
 
 
@@ -41,22 +41,25 @@ class SloClock:
             self.within += (fleet.within_slo - previous.within_slo) >= self.attainment * done
 
 
-def run(demo: Demo, progress_s: float) -> SloClock:
+def run(demo: Demo, progress_s: float) -> tuple[SloClock, Reversals]:
     """Print a progress line every `progress_s` seconds until the demo's minutes are up (or Ctrl-C)."""
     started = time.monotonic()
     deadline = started + demo.settings.minutes * 60.0
     previous = demo.fleet.stats()
     clock = SloClock(attainment=0.9)
+    reversals = Reversals(demo.settings.swing_s)
     try:
         while (now := time.monotonic()) < deadline:
             time.sleep(min(progress_s, max(0.0, deadline - now)))
             stats = demo.fleet.stats()
             clock.add(stats, previous)
+            pdd = demo.pdd()
+            reversals.add(stats.now_s, pdd["spec"]["prefill"]["replicas"], pdd["spec"]["decode"]["replicas"])
             line = progress_line(
                 elapsed_s=time.monotonic() - started,
                 rate=demo.settings.rate,
                 long_prompts=demo.long_prompt_share(),
-                pdd=demo.pdd(),
+                pdd=pdd,
                 fleet=stats,
                 previous=previous,
                 conversions=len(demo.fleet.switches),
@@ -65,10 +68,10 @@ def run(demo: Demo, progress_s: float) -> SloClock:
             previous = stats
     except KeyboardInterrupt:
         print("interrupted: summary so far, then teardown", flush=True)
-    return clock
+    return clock, reversals
 
 
-def summary(demo: Demo, clock: SloClock) -> str:
+def summary(demo: Demo, clock: SloClock, reversals: Reversals) -> str:
     fleet = demo.fleet.stats()
     scale = ScaleCounts.of(demo.event_messages("ScaleDecision"))
     status = demo.pdd().get("status") or {}
@@ -87,6 +90,12 @@ def summary(demo: Demo, clock: SloClock) -> str:
             f"  operator: {len(demo.event_messages('Converted'))} conversions (Converted events; the fleet saw"
             f" {len(demo.fleet.switches)} role switches), {len(demo.event_messages('Created'))} Created and"
             f" {len(demo.event_messages('Deleted'))} Deleted events",
+            targets_line(
+                fleet.within_slo / fleet.completed if fleet.completed else None,
+                clock.within / clock.measured if clock.measured else None,
+                reversals.worst,
+                len(demo.event_messages("Converted")),
+            ),
             f"  logs: {demo.workdir}",
         ]
     )
@@ -132,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 f" {settings.swing_s:g} s (long outputs first)",
                 flush=True,
             )
-            clock = run(demo, args.progress_seconds)
-            print(summary(demo, clock), flush=True)
+            clock, reversals = run(demo, args.progress_seconds)
+            print(summary(demo, clock, reversals), flush=True)
             if args.hold:
                 print(
                     f"KUBECONFIG={cluster.kubeconfig}  (holding {args.hold:.0f}s; Ctrl-C tears down)",

@@ -226,6 +226,54 @@ class ScaleCounts:
         return cls(len(messages), ups, downs)
 
 
+@dataclass
+class Reversals:
+    """Direction reversals of each pool's replicas within one mix phase (up then down, or down then up),
+    from the replicas sampled at every progress line: the flapping the demo's target allows once."""
+
+    swing_s: float
+    replicas: dict[str, int] = field(default_factory=dict)
+    last_move: dict[str, tuple[int, int]] = field(default_factory=dict)  # role → (phase, ±1)
+    per_phase: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def add(self, elapsed_s: float, prefill: int, decode: int) -> None:
+        phase = int(elapsed_s // self.swing_s)
+        for role, now in (("prefill", prefill), ("decode", decode)):
+            before = self.replicas.get(role, now)
+            self.replicas[role] = now
+            if now == before:
+                continue
+            move = 1 if now > before else -1
+            last = self.last_move.get(role)
+            if last is not None and last[0] == phase and last[1] != move:
+                self.per_phase[(role, phase)] = self.per_phase.get((role, phase), 0) + 1
+            self.last_move[role] = (phase, move)
+
+    @property
+    def worst(self) -> int:
+        """The most reversals any pool made in any one phase."""
+        return max(self.per_phase.values(), default=0)
+
+
+def targets_line(within_slo: float | None, intervals: float | None, reversals: int, conversions: int) -> str:
+    """The demo's targets (issue 14) against this run: shares of requests and progress intervals within
+    the SLO, reversals per pool per mix phase, conversions."""
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    return (
+        f"  targets: requests within SLO {share(within_slo)} (≥ 95 %: "
+        f"{verdict(within_slo is not None and within_slo >= 0.95)}), intervals within SLO "
+        f"{share(intervals)} (≥ 90 %: {verdict(intervals is not None and intervals >= 0.9)}), reversals "
+        f"per pool per mix phase at most {reversals} (≤ 1: {verdict(reversals <= 1)}), conversions "
+        f"{conversions} (visible: {verdict(conversions > 0)})"
+    )
+
+
 def progress_line(
     *,
     elapsed_s: float,

@@ -11,11 +11,13 @@ from e2e.stack import (
     LONG_PROMPTS,
     MIX_RAMP_S,
     DemoSettings,
+    Reversals,
     ScaleCounts,
     demo_manifest,
     live_fleet,
     mix_weight,
     progress_line,
+    targets_line,
 )
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_controller.control.setup import gpu_spec, policy_context
@@ -124,3 +126,26 @@ def test_the_progress_line_shows_pools_binding_conversions_and_slo() -> None:
 def test_settings_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError, match=f"{field} = 0: must be > 0"):
         DemoSettings(**{field: 0})
+
+
+def test_reversals_count_direction_changes_within_a_phase_only() -> None:
+    tally = Reversals(swing_s=90.0)
+    for elapsed, prefill, decode in [
+        (0, 2, 2),
+        (10, 3, 2),
+        (20, 2, 2),
+        (30, 3, 2),  # prefill up, down, up in phase 0: two reversals
+        (40, 3, 3),
+        (95, 3, 2),  # decode up in phase 0, down in phase 1: the swing, not a reversal
+    ]:
+        tally.add(elapsed, prefill, decode)
+    assert tally.per_phase == {("prefill", 0): 2} and tally.worst == 2
+    assert Reversals(90.0).worst == 0
+
+
+def test_targets_line_says_which_targets_the_run_met() -> None:
+    line = targets_line(0.96, 0.85, 1, 4)
+    assert "requests within SLO 96% (≥ 95 %: met)" in line
+    assert "intervals within SLO 85% (≥ 90 %: NOT met)" in line
+    assert "at most 1 (≤ 1: met)" in line and "conversions 4 (visible: met)" in line
+    assert "requests within SLO - (≥ 95 %: NOT met)" in targets_line(None, None, 0, 0)
