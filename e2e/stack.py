@@ -50,6 +50,7 @@ class DemoSettings:
     minutes: float = 5.0
     rate: float = 4.0  # requests/s, flat: only the mix moves
     swing_s: float = 90.0  # seconds of each phase (decode-heavy first, then prefill-heavy, ...)
+    swings: int = 0  # > 0: the mix swings this many times, then holds its last phase; 0: keeps swinging
     rate_window_s: float = 20.0  # the controller's window behind rates and quantiles
     interval_s: float = 5.0  # spec.autoscaling.intervalSeconds
     scale_down_window_s: float = 15.0
@@ -60,13 +61,16 @@ class DemoSettings:
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{name} = {value!r}: must be > 0")
+        if self.swings < 0:
+            raise ValueError(f"swings = {self.swings!r}: must be >= 0 (0 keeps swinging)")
 
 
-def mix_weight(swing_s: float, duration_s: float) -> PiecewiseLinear:
-    """Share of long-prompt requests over time: 0 for `swing_s`, then 1 for `swing_s`, and so on."""
+def mix_weight(swing_s: float, duration_s: float, swings: int = 0) -> PiecewiseLinear:
+    """Share of long-prompt requests over time: 0 for `swing_s`, then 1 for `swing_s`, and so on;
+    after `swings` swings (when > 0) the last phase holds to the end."""
     times, values = [0.0], [0.0]
     edge, high = swing_s, 1.0
-    while edge < duration_s + swing_s:
+    while edge < duration_s + swing_s and (swings == 0 or len(times) < 2 * swings + 1):
         times += [edge, edge + MIX_RAMP_S]
         values += [1.0 - high, high]
         edge, high = edge + swing_s, 1.0 - high
@@ -114,7 +118,7 @@ def live_fleet(manifest: Mapping[str, Any], settings: DemoSettings) -> LiveFleet
     spec = PDDeploymentSpec.model_validate(manifest["spec"])
     hardware = Hardware(model_spec(spec.model), gpu_spec(spec.hardware), link_spec(spec.hardware))
     duration = settings.minutes * 60.0
-    lengths = MixDrift(LONG_OUTPUTS, LONG_PROMPTS, mix_weight(settings.swing_s, duration))
+    lengths = MixDrift(LONG_OUTPUTS, LONG_PROMPTS, mix_weight(settings.swing_s, duration, settings.swings))
     slo = GoodputSlo(ttft_s=spec.slo.ttft_seconds, tpot_s=spec.slo.tpot_seconds, max_token_gap_s=None)
     return LiveFleet(hardware, LiveTraffic(Constant(settings.rate), lengths), slo, seed=settings.seed)
 
@@ -149,7 +153,7 @@ class Demo:
         return [item.message or "" for item in items for _ in range(item.count or 1)]
 
     def long_prompt_share(self) -> float:
-        weight = mix_weight(self.settings.swing_s, self.settings.minutes * 60.0)
+        weight = mix_weight(self.settings.swing_s, self.settings.minutes * 60.0, self.settings.swings)
         return float(weight(np.asarray(self.fleet.stats().now_s)))
 
 

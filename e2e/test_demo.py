@@ -22,14 +22,22 @@ from xpyd_api.names import Role
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
-# Long outputs for 45 s, long prompts for 45 s, long outputs again for 90 s: each phase outlasts the
-# controller's 15 s window plus a few 3 s decision intervals. Every trial run converted instances (the
-# first within ~30 s: the initial 2+2 is wrong for long outputs), but whether one falls right after a
-# swing depends on the policy's layers and the GPU budget (under long prompts the model also wants
-# more decode, as it counts TTFT into a decode session); what the swing back to long outputs must move
-# is both pools' sizes, so that is asserted.
+# Long outputs for 45 s, long prompts for 45 s, long outputs again for 90 s (`swings=2`: without the
+# limit the mix swung back to long prompts at 135 s, in the very half the test reads). Each phase
+# outlasts the controller's 15 s window plus a few 3 s decision intervals. Every trial run converted
+# instances (the first within ~30 s: the initial 2+2 is wrong for long outputs), but whether one falls
+# right after a swing depends on the policy's layers and the GPU budget (under long prompts the
+# smoothed output length keeps the model's decode floor up for a while); what the swing back to long
+# outputs must move is both pools' sizes, so that is asserted.
 SETTINGS = DemoSettings(
-    minutes=3.0, rate=4.0, swing_s=45.0, rate_window_s=15.0, interval_s=3.0, scale_down_window_s=6.0, seed=3
+    minutes=3.0,
+    rate=4.0,
+    swing_s=45.0,
+    swings=2,
+    rate_window_s=15.0,
+    interval_s=3.0,
+    scale_down_window_s=6.0,
+    seed=3,
 )
 
 

@@ -41,6 +41,14 @@ def test_the_mix_swings_between_long_outputs_and_long_prompts(time_s: float, sha
     assert float(mix_weight(60.0, 240.0)(np.asarray(time_s))) == pytest.approx(share)
 
 
+@pytest.mark.parametrize(
+    ("time_s", "share"), [(59.0, 0.0), (119.0, 1.0), (120.0 + MIX_RAMP_S, 0.0), (239.0, 0.0)]
+)
+def test_a_limited_mix_holds_its_last_phase(time_s: float, share: float) -> None:
+    """Two swings: long outputs, long prompts, then long outputs to the end."""
+    assert float(mix_weight(60.0, 240.0, swings=2)(np.asarray(time_s))) == pytest.approx(share)
+
+
 def test_the_fleet_uses_the_numbers_the_controller_reads_from_the_spec() -> None:
     settings = DemoSettings()
     manifest = demo_manifest("http://prometheus", settings)

@@ -33,6 +33,7 @@ BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one
     Signal.PREFIX_HITS_RATE: 0.0,
     Signal.PREFILL_QUEUE: 3.0,
     Signal.DECODE_RUNNING: 100.0,
+    Signal.DECODE_WAITING: 0.0,
     Signal.DECODE_KV_USAGE: 0.6,
     Signal.TTFT_P90: 0.3,
     Signal.TPOT_P90: 0.03,
@@ -41,7 +42,13 @@ BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one
 }
 IDLE = {signal: 0.0 for signal in Signal} | {
     signal: None
-    for signal in (Signal.INPUT_TOKENS_P90, Signal.OUTPUT_TOKENS_P90, Signal.TTFT_P90, Signal.TPOT_P90)
+    for signal in (
+        Signal.INPUT_TOKENS_P90,
+        Signal.OUTPUT_TOKENS_P90,
+        Signal.TTFT_P90,
+        Signal.TPOT_P90,
+        Signal.TPOT_MEAN,
+    )
 }
 
 

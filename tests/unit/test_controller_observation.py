@@ -30,6 +30,7 @@ FULL = {
     Signal.PREFIX_HITS_RATE: 2000.0,
     Signal.PREFILL_QUEUE: 5.0,
     Signal.DECODE_RUNNING: 40.0,
+    Signal.DECODE_WAITING: 3.0,
     Signal.DECODE_KV_USAGE: 0.5,
     Signal.TTFT_P90: 0.4,
     Signal.TPOT_P90: 0.03,
@@ -52,7 +53,8 @@ def test_full_answers() -> None:
     assert obs["prefix_hit_rate"] == 0.25
     assert (obs["p90_input_tokens"], obs["p90_output_tokens"]) == (3500.0, 450.0)
     assert (obs["prefill_queue"], obs["decode_running"], obs["decode_kv_usage"]) == (5.0, 40.0, 0.5)
-    assert (obs["ttft_p90_s"], obs["tpot_p90_s"]) == (0.4, 0.03)
+    assert (obs["ttft_p90_s"], obs["tpot_p90_s"], obs["tpot_mean_s"]) == (0.4, 0.03, 0.02)
+    assert obs["decode_waiting"] == 3.0
 
 
 @pytest.mark.parametrize(

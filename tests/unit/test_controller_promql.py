@@ -56,6 +56,15 @@ TWO_LEGS = (
         (Signal.PREFIX_HITS_RATE, f"sum(rate(vllm:prefix_cache_hits_total{P_SEL}[30s]))"),
         (Signal.PREFILL_QUEUE, f"sum(vllm:num_requests_waiting{P_SEL})"),
         (Signal.DECODE_RUNNING, f"sum(vllm:num_requests_running{D_SEL})"),
+        (Signal.DECODE_WAITING, f"sum(vllm:num_requests_waiting{D_SEL})"),
+        (
+            Signal.TPOT_MEAN,
+            f"sum(rate(vllm:inter_token_latency_seconds_sum{D_SEL}[30s])) / "
+            f"sum(rate(vllm:inter_token_latency_seconds_count{D_SEL}[30s]))"
+            " or "
+            f"sum(rate(vllm:time_per_output_token_seconds_sum{D_SEL}[30s])) / "
+            f"sum(rate(vllm:time_per_output_token_seconds_count{D_SEL}[30s]))",
+        ),
         (
             Signal.DECODE_KV_USAGE,
             f"avg(vllm:kv_cache_usage_perc{D_SEL}) or avg(vllm:gpu_cache_usage_perc{D_SEL})",

@@ -26,7 +26,8 @@ def record(binding: str, details: dict[str, float], missing: list[str]) -> Decis
 def test_decisions_desired_predictions_and_missing_data() -> None:
     telemetry = PrometheusTelemetry()
     value = telemetry.registry.get_sample_value
-    telemetry.record_decision(PDD, record("prefill_ttft", {"predicted_ttft_seconds": 0.4}, ["tpot_p90"]))
+    predictions = {"predicted_ttft_seconds": 0.4, "decode_session_seconds": 20.0}
+    telemetry.record_decision(PDD, record("prefill_ttft", predictions, ["tpot_p90"]))
     telemetry.record_decision(PDD, record("missing_data", {}, ["tpot_p90", "ttft_p90"]))
     assert value("xpyd_controller_desired_replicas", {**LABELS, "role": "prefill"}) == 3
     assert value("xpyd_controller_desired_replicas", {**LABELS, "role": "decode"}) == 4
@@ -36,10 +37,12 @@ def test_decisions_desired_predictions_and_missing_data() -> None:
     assert value("xpyd_controller_missing_data_total", {**LABELS, "signal": "ttft_p90"}) == 1
     assert value("xpyd_controller_predicted_ttft_seconds", LABELS) == 0.4
     assert value("xpyd_controller_predicted_tpot_seconds", LABELS) is None  # the policy predicted none
+    assert value("xpyd_controller_decode_session_seconds", LABELS) == 20.0
 
     telemetry.forget("ns", "web")
     assert value("xpyd_controller_desired_replicas", {**LABELS, "role": "prefill"}) is None
     assert value("xpyd_controller_predicted_ttft_seconds", LABELS) is None
+    assert value("xpyd_controller_decode_session_seconds", LABELS) is None
     assert value("xpyd_controller_decisions_total", {**LABELS, "binding": "prefill_ttft"}) == 1
 
 

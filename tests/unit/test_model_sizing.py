@@ -11,6 +11,7 @@ from xpyd_controller.model.presets import DATASHEET_GPUS, LINK_PRESETS, MODEL_PR
 from xpyd_controller.model.roofline import decode_step_seconds, prefill_seconds
 from xpyd_controller.model.sizing import (
     JSON_KEYS,
+    DecodeMeasurement,
     PoolConfig,
     Slo,
     Workload,
@@ -408,8 +409,8 @@ def test_simulator_consistent_inputs_size_long_context_decode(
     assert (decode(None), decode(0.99)) == (mean_decode, benchmark_decode)
 
 
-def test_prefill_first_flow_holds_decode_kv_only_for_the_decode() -> None:
-    """Prefill-first (vLLM's router): sessions last L_out·t_step; decode-first adds the whole TTFT."""
+def test_prefill_first_flow_holds_decode_kv_only_for_the_pull_and_the_decode() -> None:
+    """Prefill-first (vLLM's router): sessions last T_xfer + L_out·t_step; decode-first holds the TTFT."""
     workload = Workload(rate=12, isl=6000, osl=150)
     slo = Slo(ttft=2.0, tpot=0.05)
     flows = {
@@ -417,8 +418,8 @@ def test_prefill_first_flow_holds_decode_kv_only_for_the_decode() -> None:
         for flow in ("decode_first", "prefill_first")
     }
     prefill_first, decode_first = flows["prefill_first"], flows["decode_first"]
-    step = float(prefill_first.decode_step_seconds)
-    assert float(prefill_first.concurrency) == pytest.approx(12 * 150 * step)
+    step, pull = float(prefill_first.decode_step_seconds), float(prefill_first.transfer_seconds)
+    assert float(prefill_first.concurrency) == pytest.approx(12 * (pull + 150 * step))
     step_df = float(decode_first.decode_step_seconds)
     assert float(decode_first.concurrency) == pytest.approx(12 * (2.0 + 150 * step_df))
     # A long-prompt, short-output mix: decode-first counts 24 sessions of pure waiting.
@@ -435,3 +436,88 @@ def test_request_flow_is_validated() -> None:
         PoolConfig(request_flow="sideways")  # type: ignore[arg-type]
     assert error.value.field == "request_flow"
     assert "prefill_first" in error.value.rule
+
+
+# A KV-bound pool (the e2e demo's small GPU), prefill-first: what the live pool measures sizes decode
+# when it shows the roofline's session too short, never when it shows it too long.
+DEMO_GPU = GpuSpec(peak_flops=3e14, hbm_bandwidth=1e12, hbm_bytes=20e9, mfu=0.4)
+DEMO_WORKLOAD = Workload(rate=4, isl=500, osl=1000)
+DEMO_SLO = Slo(ttft=2.0, tpot=0.04)
+PREFILL_FIRST = PoolConfig(request_flow="prefill_first")
+
+
+def demo_plan(measured: DecodeMeasurement | None) -> dict[str, object]:
+    return size_pools(
+        LLAMA_8B, DEMO_GPU, IB, DEMO_WORKLOAD, DEMO_SLO, pools=PREFILL_FIRST, measured=measured
+    ).as_dict()
+
+
+@pytest.mark.parametrize(
+    ("measured", "source"),
+    [
+        (None, "predicted"),
+        (DecodeMeasurement(), "predicted"),
+        (DecodeMeasurement(step_seconds=0.001), "predicted"),  # a faster step never shortens a session
+        (DecodeMeasurement(sessions=3), "predicted"),  # nor do fewer requests than predicted
+        (DecodeMeasurement(step_seconds=0.0235), "measured_tpot"),  # the demo's measured TPOT
+        (DecodeMeasurement(sessions=200), "measured_sessions"),  # requests running + waiting now
+        (DecodeMeasurement(step_seconds=0.0235, sessions=200), "measured_sessions"),
+    ],
+)
+def test_measured_decode_sessions_replace_a_prediction_that_is_too_short(
+    measured: DecodeMeasurement | None, source: str
+) -> None:
+    predicted = demo_plan(None)
+    plan = demo_plan(measured)
+    assert plan["decode_session_source"] == source
+    assert plan["decode_batch_bound"] == "kv_capacity"
+    cap = int(plan["decode_batch_cap"])  # type: ignore[call-overload]
+    pull = float(plan["transfer_seconds"])  # type: ignore[arg-type]
+    session = float(plan["decode_session_seconds"])  # type: ignore[arg-type]
+    if source == "predicted":
+        assert plan["decode_instances"] == predicted["decode_instances"]
+        assert session == predicted["decode_session_seconds"]
+    else:
+        assert session > float(predicted["decode_session_seconds"])  # type: ignore[arg-type]
+    assert measured is None or measured.step_seconds is None or session >= pull + 1000 * measured.step_seconds
+    if measured is not None and measured.sessions is not None and source == "measured_sessions":
+        assert session == pytest.approx(measured.sessions / 4)  # Little's law: T = C / λ
+    assert plan["decode_instances"] == math.ceil(4 * session / cap)  # y = ⌈λ·T_sess / B_cap⌉
+
+
+def test_measured_tpot_sizes_the_demo_pool_the_live_fleet_needed() -> None:
+    """The demo's fleet measured 23.5 ms per token against the roofline's ~19 ms: decode needs more."""
+    predicted, measured = demo_plan(None), demo_plan(DecodeMeasurement(step_seconds=0.0235))
+    assert int(measured["decode_instances"]) > int(predicted["decode_instances"])  # type: ignore[call-overload]
+    assert float(measured["concurrency"]) > float(predicted["concurrency"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("step_seconds", 0.0),
+        ("step_seconds", -1.0),
+        ("step_seconds", math.inf),
+        ("sessions", -1.0),
+        ("sessions", math.nan),
+    ],
+)
+def test_decode_measurement_is_validated(field: str, value: float) -> None:
+    with pytest.raises(SpecError) as error:
+        DecodeMeasurement(**{field: value})
+    assert (error.value.field, error.value.value) == (field, value)
+    assert "finite" in error.value.rule
+
+
+def test_measured_sessions_at_zero_traffic_leave_the_prediction() -> None:
+    plan = size_pools(
+        LLAMA_8B,
+        DEMO_GPU,
+        IB,
+        Workload(rate=0, isl=500, osl=1000),
+        DEMO_SLO,
+        pools=PREFILL_FIRST,
+        measured=DecodeMeasurement(sessions=10),
+    )
+    assert plan.as_dict()["decode_session_source"] == "predicted"
+    assert int(plan.decode_instances) == 0

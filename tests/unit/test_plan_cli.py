@@ -78,8 +78,8 @@ def test_request_flow_flag_sizes_decode_sessions(capsys: pytest.CaptureFixture[s
     prefill_first = json.loads(out)
     assert decode_first["request_flow"] == "decode_first"
     assert prefill_first["request_flow"] == "prefill_first"
-    step = prefill_first["decode_step_seconds"]
-    assert prefill_first["concurrency"] == pytest.approx(12 * 150 * step)
+    step, pull = prefill_first["decode_step_seconds"], prefill_first["transfer_seconds"]
+    assert prefill_first["concurrency"] == pytest.approx(12 * (pull + 150 * step))
     assert decode_first["concurrency"] > prefill_first["concurrency"] + 12 * 2.0 * 0.99
     _, out, _ = run_plan(capsys, *flags[:-1], "--request-flow", "prefill-first")
     assert "sessions: λ·L_out·TPOT, prefill-first" in out

@@ -24,6 +24,8 @@ observation_fields = st.fixed_dictionaries(
         "mean_output_tokens": st.one_of(st.none(), st.floats(1.0, 2_000.0)),
         "prefill_queue": maybe,
         "decode_running": maybe,
+        "decode_waiting": maybe,
+        "tpot_mean_s": st.one_of(st.none(), st.floats(1e-4, 10.0)),
         "decode_kv_usage": st.one_of(st.none(), st.floats(0.0, 1.0)),
         "prefix_hit_rate": st.one_of(st.none(), st.floats(0.0, 0.95)),
     }

@@ -468,3 +468,46 @@ def test_non_finite_lengths_are_missing_data_not_errors(broken: dict[str, float]
     else:
         assert counts(decision) == (None, None)
         assert "MissingRequestLengths" in decision.reasons
+
+
+def prefill_first_policy() -> XpydPolicy:
+    made = make_policy("xpyd", dataclasses.replace(CONTEXT, request_flow="prefill_first"))
+    assert isinstance(made, XpydPolicy)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("measured", "reason", "grows"),
+    [
+        ({}, None, False),  # nothing measured: the prediction
+        ({"tpot_mean_s": 1e-3, "decode_running": 1.0}, None, False),  # a fast, light pool never shrinks it
+        ({"tpot_mean_s": 0.09}, "DecodeSessionsFromMeasuredTpot", True),  # steps slower than the roofline's
+        ({"decode_running": 400.0}, "DecodeSessionsMeasured", True),  # more on decode than predicted
+        ({"decode_running": 300.0, "decode_waiting": 100.0}, "DecodeSessionsMeasured", True),
+        ({"decode_running": float("nan"), "tpot_mean_s": float("inf")}, None, False),  # corrupt: unused
+    ],
+)
+def test_measured_decode_sessions_raise_the_decode_floor(
+    measured: dict[str, float], reason: str | None, grows: bool
+) -> None:
+    """Prefill-first, the decode floor uses the pool's measured TPOT and requests on decode where they
+    show the roofline's sessions too short (the e2e demo's fleet held 76 where the model counted 48)."""
+    base = prefill_first_policy().decide(observe(0, 4, 4), Limits()).details
+    decision = prefill_first_policy().decide(observe(0, 4, 4, **measured), Limits())
+    details = decision.details
+    session_reasons = {"DecodeSessionsFromMeasuredTpot", "DecodeSessionsMeasured"}
+    assert [r for r in decision.reasons if r in session_reasons] == ([reason] if reason else [])
+    if grows:
+        assert details["decode_floor"] > base["decode_floor"]
+        assert details["decode_session_seconds"] > base["decode_session_seconds"]
+    else:
+        assert details["decode_floor"] == base["decode_floor"]
+        assert details["decode_session_seconds"] == base["decode_session_seconds"]
+    assert details["prefill_floor"] == base["prefill_floor"]  # prefill is not decode's measurement
+    if "decode_running" in measured and np.isfinite(measured["decode_running"]):
+        on_decode = measured["decode_running"] + measured.get("decode_waiting", 0.0)
+        assert details["measured_decode_sessions"] == on_decode
+    if reason == "DecodeSessionsMeasured":
+        # Little's law: the session time the plan reports is what is on decode over the arrival rate.
+        on_decode = measured["decode_running"] + measured.get("decode_waiting", 0.0)
+        assert details["decode_session_seconds"] == pytest.approx(on_decode / 20.0)

@@ -48,6 +48,12 @@ class PrometheusTelemetry:
             PDD_LABELS,
             registry=self.registry,
         )
+        self.decode_session = Gauge(
+            "xpyd_controller_decode_session_seconds",
+            "How long one request holds decode KV as the model sized it (measured where longer).",
+            PDD_LABELS,
+            registry=self.registry,
+        )
         self.loop_seconds = Histogram(
             "xpyd_controller_loop_duration_seconds",
             "Wall time of one pass over every PDDeployment in scope.",
@@ -70,6 +76,7 @@ class PrometheusTelemetry:
         for gauge, key in (
             (self.predicted_ttft, "predicted_ttft_seconds"),
             (self.predicted_tpot, "predicted_tpot_seconds"),
+            (self.decode_session, "decode_session_seconds"),
         ):
             value = record.decision.details.get(key)
             if value is not None:
@@ -79,7 +86,7 @@ class PrometheusTelemetry:
         """Drop the gauges of a PDDeployment that is gone or no longer autoscaled (counters stay)."""
         for role in Role:
             self._remove(self.desired, namespace, name, str(role))
-        for gauge in (self.predicted_ttft, self.predicted_tpot):
+        for gauge in (self.predicted_ttft, self.predicted_tpot, self.decode_session):
             self._remove(gauge, namespace, name)
 
     @staticmethod

@@ -35,6 +35,7 @@ PLAUSIBLE: Mapping[Signal, tuple[float, float]] = {
     Signal.PREFIX_HITS_RATE: (0.0, _TOKENS_RATE),
     Signal.PREFILL_QUEUE: (0.0, _REQUESTS),
     Signal.DECODE_RUNNING: (0.0, _REQUESTS),
+    Signal.DECODE_WAITING: (0.0, _REQUESTS),
     Signal.DECODE_KV_USAGE: (0.0, 1.5),  # a fraction; engines briefly report a little above 1
     Signal.TTFT_P90: (0.0, _SECONDS),
     Signal.TPOT_P90: (0.0, _SECONDS),
@@ -92,6 +93,8 @@ def build_observation(
         decode_kv_usage=value(Signal.DECODE_KV_USAGE),
         ttft_p90_s=value(Signal.TTFT_P90),
         tpot_p90_s=value(Signal.TPOT_P90),
+        tpot_mean_s=value(Signal.TPOT_MEAN),
+        decode_waiting=value(Signal.DECODE_WAITING),
     )
 
 

@@ -34,10 +34,12 @@ class Signal(StrEnum):
     PREFIX_HITS_RATE = "prefix_hits_rate"  # of which found
     PREFILL_QUEUE = "prefill_queue"
     DECODE_RUNNING = "decode_running"
+    DECODE_WAITING = "decode_waiting"
     DECODE_KV_USAGE = "decode_kv_usage"
     TTFT_P90 = "ttft_p90"
     TPOT_P90 = "tpot_p90"
-    # for the online calibration (model/calibration.py), not the policy: means, not percentiles
+    # means, not percentiles: the online calibration's readings (model/calibration.py); the xpyd policy
+    # also reads TPOT_MEAN as an optional measurement of its decode step (absent: the roofline's)
     PREFILL_TTFT_MEAN = "prefill_ttft_mean"  # the prefill pool's own TTFT: its compute while none waits
     TPOT_MEAN = "tpot_mean"  # the decode pool's mean time between output tokens: one decode step
 
@@ -284,6 +286,7 @@ def build_queries(
         Signal.PREFIX_HITS_RATE: _rate(engine.prefix_hits, scope, prefill),
         Signal.PREFILL_QUEUE: _gauge("sum", engine.waiting, scope, prefill),
         Signal.DECODE_RUNNING: _gauge("sum", engine.running, scope, decode),
+        Signal.DECODE_WAITING: _gauge("sum", engine.waiting, scope, decode),
         Signal.DECODE_KV_USAGE: _gauge("avg", engine.kv_usage, scope, decode),
         Signal.TTFT_P90: _ttft(engine, router, scope),
         Signal.TPOT_P90: _quantile(engine.tpot, scope, decode),

@@ -79,8 +79,14 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
         "tpot_compute": "TPOT compute (2·P FLOPs per token within the TPOT SLO)",
     }[bound]
     swings = str(np.asarray(plan.decode_binding)[index]) == "context_quantile"
+    measured = {
+        "predicted": "",
+        "measured_tpot": " (sessions timed with the pool's measured TPOT, slower than the roofline's)",
+        "measured_sessions": " (at least the requests running or waiting on decode now)",
+    }[str(np.asarray(plan.decode_session_source)[index])]
     binding.append(
         f"decode: {_count(int(at('decode_instances')))} for {at('concurrency'):.3g} concurrent sessions"
+        + (f" of {format_seconds(at('decode_session_seconds'))}{measured}" if measured else "")
         + (" and their Poisson swings at the context quantile" if swings else "")
         + f", batch cap {int(at('decode_batch_cap'))} per instance bound by {bound_words}"
     )

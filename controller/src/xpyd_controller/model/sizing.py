@@ -7,9 +7,10 @@ one scenario. With the defaults (no length spread, no quantiles) these are the l
 - prefill: x = ⌈λ·E[S]⌉, E[S] = 2P(1−h)L_in(1 + L_in/L*)/(G_P·π_eff) (throughput sizing);
 - decode: B_cap = min(KV-capacity bound, TPOT bound), y = ⌈C / B_cap⌉ with C = λ·T_sess by Little's
   law, T_sess = TTFT + L_out·t_step when decode reserves KV before the remote prefill (decode-first,
-  Dynamo) or L_out·t_step when it admits the request after prefill and transfer (prefill-first, vLLM's
-  router and disagg proxy), taking the step time at full batch, t_step(B_cap) ≤ TPOT SLO (the SLO itself
-  would over-provision);
+  Dynamo) or T_xfer + L_out·t_step when it allocates KV for the pull after the prefill (prefill-first,
+  vLLM's router and disagg proxy), taking the step time at full batch, t_step(B_cap) ≤ TPOT SLO (the SLO
+  itself would over-provision); a live pool's measurements (`DecodeMeasurement`: its mean TPOT, the
+  requests on it now) replace a prediction they show to be too short;
 - transfer: T = L·kv/BW + overhead, kv_max, overlap 2P/π_eff ≥ kv/BW, exposed T/n_layers; the budget
   is judged on the exposed time under layer-wise pipelining (on the serialized T without it), while the
   link's demand λ·L·kv against its capacity stays a hard limit (latency hides, bandwidth does not);
@@ -55,6 +56,8 @@ LabelArray = npt.NDArray[np.object_]  # Python str per scenario (object arrays: 
 BINDING_LABELS: LabelArray = np.array(["throughput", "ttft_quantile"], dtype=object)
 BOUND_LABELS: LabelArray = np.array(["kv_capacity", "tpot_bandwidth", "tpot_compute"], dtype=object)
 DECODE_BINDING_LABELS: LabelArray = np.array(["mean_concurrency", "context_quantile"], dtype=object)
+# Which session time sized decode: the roofline's, or one from the live pool's TPOT or its requests now.
+SESSION_SOURCES: LabelArray = np.array(["predicted", "measured_tpot", "measured_sessions"], dtype=object)
 AnyScalar = TypeVar("AnyScalar", bound=np.generic)
 # When the decode side starts holding a request's KV: on arrival, before it asks for a remote prefill
 # (Dynamo), or on admission after the prefill and the KV transfer (vLLM's router and disagg proxy).
@@ -157,7 +160,7 @@ class PoolConfig:
     share minus the weights. 1 (the seeds) lets the KV fill all HBM left after the weights.
     `request_flow`: how long a decode session holds KV. "decode_first" (the seeds' C = λ(TTFT +
     L_out·TPOT), Dynamo) counts the whole TTFT SLO as residency; "prefill_first" (vLLM's router, the
-    disagg proxy, both simulators) only the decode itself, L_out·t_step.
+    disagg proxy, both simulators) only the pull of the prompt's KV and the decode, T_xfer + L_out·t_step.
     `layerwise_transfer`: the engine ships layer i's KV while layer i+1 computes (vLLM's and SGLang's
     connectors, the simulator's `Realism.layerwise_transfer`), so only the exposed part of the
     transfer is on the TTFT path; False puts the whole serialized transfer there.
@@ -183,6 +186,35 @@ class PoolConfig:
         require(
             "kv_memory_fraction", self.kv_memory_fraction, "must be in (0, 1]", lambda a: (a > 0) & (a <= 1)
         )
+
+
+@dataclass(frozen=True)
+class DecodeMeasurement:
+    """What a running decode pool measured; None leaves the model's prediction in place.
+
+    `step_seconds`: its mean time per output token. A step only gets slower as the batch grows, and a
+    live batch never exceeds the cap, so the measured step is a lower bound on t_step(B_cap) just as the
+    roofline's is (where the roofline is right): sessions are timed with the larger of the two.
+    `sessions`: requests on decode now, running or waiting for KV room (or for their KV pull). The pool
+    must hold at least these, so they floor C = λ·T_sess; Little's law turns them into the session time
+    T_sess = sessions/λ the plan reports. That catches what the roofline leaves out (admission waits
+    and preemptions when the KV is full, the output mix of this very window where the sizing smooths
+    lengths over minutes) without dividing by a lagging finish rate, which overshoots while a new mix
+    ramps up. Neither measurement ever shortens a session: a lightly loaded pool steps faster and holds
+    fewer requests than it will at the sized batch.
+    """
+
+    step_seconds: float | None = None
+    sessions: float | None = None
+
+    def __post_init__(self) -> None:
+        step, sessions = self.step_seconds, self.sessions
+        if step is not None and not (isinstance(step, int | float) and math.isfinite(step) and step > 0):
+            raise SpecError("step_seconds", step, "must be a finite number > 0 (or unset)")
+        if sessions is not None and not (
+            isinstance(sessions, int | float) and math.isfinite(sessions) and sessions >= 0
+        ):
+            raise SpecError("sessions", sessions, "must be a finite number >= 0 (or unset)")
 
 
 # Keys of `Plan.as_dict()` that DESIGN.md fixes for `xpyd plan --json`; tests hold the output to them.
@@ -229,6 +261,10 @@ class Plan:
     ttft_slo_seconds: FloatArray
     tpot_slo_seconds: FloatArray
     concurrency: FloatArray
+    decode_session_seconds: FloatArray  # how long one request holds decode KV, as sized
+    decode_session_source: (
+        LabelArray  # "predicted" | "measured_tpot" | "measured_sessions" (`DecodeMeasurement`)
+    )
     decode_context_tokens: FloatArray  # mean resident context per batch slot
     decode_batch_cap: IntArray
     decode_batch_bound: LabelArray  # "kv_capacity" | "tpot_bandwidth" | "tpot_compute"
@@ -359,8 +395,8 @@ def _decode_operating_batch(
 ) -> FloatArray:
     """Mean batch per decode instance: the fixed point of B = (λ·T_held + λ·L_out·t_step(B)) / y.
 
-    T_held is what a session holds KV for before its first decode step (the TTFT when decode-first, 0
-    when prefill-first).
+    T_held is what a session holds KV for beyond its decode steps (the TTFT when decode-first, the KV
+    pull when prefill-first, plus what a live pool measured on top of the roofline).
     t_step(B) = ovh + max(m₀ + m₁B, c₁B) (the roofline of `decode_step_seconds`) is the max of two
     increasing lines, so the fixed point is the larger of the two lines' fixed points. Sizing y from
     the batch cap keeps both slopes λ·L_out·m/y below 1, so both exist; y = 0 means no batch.
@@ -441,16 +477,32 @@ class _Decode(NamedTuple):
     binding: LabelArray
     step: FloatArray  # at the operating batch: the predicted TPOT
     concurrency: FloatArray
+    session: FloatArray  # seconds one request holds decode KV, as sized
+    source: LabelArray  # which session time that is (SESSION_SOURCES)
     tpot_floor: FloatArray
 
 
 def _decode_pool(
-    model: ModelSpec, gpu: GpuSpec, w: dict[str, FloatArray], slo: Slo, pools: PoolConfig
+    model: ModelSpec,
+    gpu: GpuSpec,
+    w: dict[str, FloatArray],
+    slo: Slo,
+    pools: PoolConfig,
+    *,
+    transfer: FloatArray,
+    measured: DecodeMeasurement,
 ) -> _Decode:
-    """Batch cap from KV capacity and the TPOT roofline, then instances by Little's law."""
+    """Batch cap from KV capacity and the TPOT roofline, then instances by Little's law.
+
+    `transfer` is the serialized KV transfer of the mean prompt: prefill-first, decode allocates the
+    prompt's KV when it starts pulling it, so the pull is part of the session.
+    """
     rate, osl = w["rate"], w["osl"]
-    # KV held before the first decode step: the whole TTFT when decode reserves it on arrival.
-    held_before_decode = np.asarray(slo.ttft if pools.request_flow == "decode_first" else 0.0, np.float64)
+    # KV held before the first decode step: the whole TTFT when decode reserves it on arrival, the pull
+    # of the prompt's KV when it allocates it after the prefill.
+    held_before_decode = (
+        np.asarray(slo.ttft, np.float64) if pools.request_flow == "decode_first" else transfer
+    )
     g_d = np.asarray(pools.decode_gpus, np.float64)
     step_overhead = np.asarray(pools.step_overhead, np.float64)
     kv, weights = model.kv_bytes_per_token, model.weight_footprint_bytes
@@ -473,9 +525,22 @@ def _decode_pool(
     step_at_cap = decode_step_seconds(
         model, gpu, np.maximum(batch_cap, 1), context, gpus=g_d, step_overhead=step_overhead
     )
-    # Sessions last (TTFT +) L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
-    # y·B_cap ≥ λ((TTFT +) L_out·t_step(B_cap)) is enough (the SLO itself would over-provision).
-    sessions = rate * (held_before_decode + osl * step_at_cap)
+    # Sessions last T_held + L_out·t_step; at full batch t_step = t_step(B_cap) ≤ TPOT SLO, so
+    # y·B_cap ≥ λ(T_held + L_out·t_step(B_cap)) is enough (the SLO itself would over-provision). A live
+    # pool's slower step or its requests on decode now (`DecodeMeasurement`) replace a prediction they
+    # show to be too short.
+    predicted_session = held_before_decode + osl * step_at_cap
+    timed_session = predicted_session
+    if measured.step_seconds is not None:
+        timed_session = held_before_decode + osl * np.maximum(step_at_cap, measured.step_seconds)
+    session = timed_session
+    if measured.sessions is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            session = np.where(rate > 0, np.maximum(timed_session, measured.sessions / rate), timed_session)
+    source = SESSION_SOURCES[
+        np.where(session > timed_session, 2, np.where(timed_session > predicted_session, 1, 0))
+    ]
+    sessions = rate * session
     mean_needed = np.ceil(sessions / np.maximum(batch_cap, 1))
     needed = mean_needed
     if z > 0:
@@ -488,10 +553,12 @@ def _decode_pool(
             needed, np.maximum(np.ceil(tokens / token_budget), np.ceil(count / np.maximum(compute_cap, 1)))
         )
     instances = np.where(feasible, needed, 0).astype(np.int64)
+    # Whatever the session holds beyond the roofline's decode counts as held KV at the operating batch.
+    held = session - osl * step_at_cap
     batch = _decode_operating_batch(
         model,
         gpu,
-        reserved_rate=rate * held_before_decode,
+        reserved_rate=rate * held,
         token_rate=rate * osl,
         instances=instances,
         context=context,
@@ -511,7 +578,9 @@ def _decode_pool(
         instances=instances,
         binding=DECODE_BINDING_LABELS[(needed > mean_needed).astype(np.int8)],
         step=step,
-        concurrency=rate * (held_before_decode + osl * step),
+        concurrency=rate * (held + osl * step),
+        session=np.asarray(session, np.float64),
+        source=source,
         tpot_floor=step_overhead + weights / (g_d * gpu.effective_bandwidth),
     )
 
@@ -571,15 +640,21 @@ def size_pools(
     slo: Slo,
     *,
     pools: PoolConfig | None = None,
+    measured: DecodeMeasurement | None = None,
 ) -> Plan:
-    """Size both pools for every scenario in the (broadcast) inputs; see the module docstring."""
+    """Size both pools for every scenario in the (broadcast) inputs; see the module docstring.
+
+    `measured`: what a live decode pool measured (the controller's); a plan from specs alone has none.
+    """
     pools = pools or PoolConfig()
     w = {
         name: np.asarray(getattr(workload, name), np.float64)
         for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
     }
     handoff = _handoff(model, gpu, link, w, pools)
-    decode = _decode_pool(model, gpu, w, slo, pools)
+    decode = _decode_pool(
+        model, gpu, w, slo, pools, transfer=handoff.transfer, measured=measured or DecodeMeasurement()
+    )
     # The first token waits for one decode step; take it at the batch cap (the slowest step the plan
     # allows) so the prefill size never shrinks when more traffic lowers the operating batch.
     prefill = _prefill_pool(
@@ -620,6 +695,8 @@ def size_pools(
         ttft_slo_seconds=full(np.asarray(slo.ttft, np.float64)),
         tpot_slo_seconds=full(np.asarray(slo.tpot, np.float64)),
         concurrency=full(decode.concurrency),
+        decode_session_seconds=full(decode.session),
+        decode_session_source=full(decode.source),
         decode_context_tokens=full(decode.context),
         decode_batch_cap=full(decode.batch_cap),
         decode_batch_bound=full(decode.bound),

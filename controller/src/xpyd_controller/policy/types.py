@@ -40,6 +40,8 @@ class Observation:
     decode_kv_usage: float | None = None  # 0..1 of KV capacity in use, averaged over decode instances
     ttft_p90_s: float | None = None
     tpot_p90_s: float | None = None
+    tpot_mean_s: float | None = None  # mean time per output token on decode (its step time)
+    decode_waiting: float | None = None  # requests queued on decode instances (for KV room or the pull)
 
 
 @dataclass(frozen=True)

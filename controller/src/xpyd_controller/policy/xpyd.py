@@ -24,7 +24,15 @@ from typing import TypeGuard
 
 import numpy as np
 
-from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools, std_from_quantile
+from xpyd_controller.model.sizing import (
+    DecodeMeasurement,
+    Plan,
+    PoolConfig,
+    Slo,
+    Workload,
+    size_pools,
+    std_from_quantile,
+)
 from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
 from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, require_in
@@ -39,9 +47,15 @@ PREDICTIONS = (
     "predicted_ttft_seconds",
     "ttft_floor_seconds",
     "concurrency",
+    "decode_session_seconds",
     "decode_batch_cap",
     "decode_step_seconds",
 )
+# Reasons naming which measurement timed the decode sessions (`DecodeMeasurement`), by Plan source label.
+SESSION_REASONS = {
+    "measured_tpot": "DecodeSessionsFromMeasuredTpot",
+    "measured_sessions": "DecodeSessionsMeasured",
+}
 
 
 @dataclass(frozen=True)
@@ -168,7 +182,24 @@ class XpydPolicy:
         isl, osl, isl_std, osl_std, hit_rate = self._lengths.value
         return _Demand(rate, isl, osl, isl_std, osl_std, hit_rate, partial)
 
-    def _plan(self, demand: _Demand) -> Plan:
+    @staticmethod
+    def _measured(observation: Observation) -> DecodeMeasurement:
+        """The decode pool's measured step time and the requests on it now (running + waiting).
+
+        The model times sessions with whichever is longer, prediction or measurement: the roofline
+        leaves out what a live pool adds (slower steps, admission waits when the KV is full, this
+        window's output mix where the sizing smooths lengths over minutes).
+        """
+        step, running = observation.tpot_mean_s, observation.decode_running
+        sessions = None
+        if running is not None and math.isfinite(running) and running >= 0:
+            waiting = observation.decode_waiting
+            sessions = running + (
+                waiting if waiting is not None and math.isfinite(waiting) and waiting > 0 else 0.0
+            )
+        return DecodeMeasurement(step_seconds=step if _usable(step) else None, sessions=sessions)
+
+    def _plan(self, demand: _Demand, measured: DecodeMeasurement) -> Plan:
         """Plans for demand and for demand × (1 + tolerance), in one call."""
         workload = Workload(
             rate=np.array([demand.rate, demand.rate * (1 + self.config.tolerance)]),
@@ -179,7 +210,9 @@ class XpydPolicy:
             osl_std=demand.osl_std,
         )
         ctx = self.context
-        return size_pools(ctx.model, ctx.gpu, ctx.link, workload, self._slo, pools=self._pools)
+        return size_pools(
+            ctx.model, ctx.gpu, ctx.link, workload, self._slo, pools=self._pools, measured=measured
+        )
 
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
@@ -204,7 +237,14 @@ class XpydPolicy:
             "prefill_supply": float(supply[0]),
             "decode_supply": float(supply[1]),
         }
-        floors, down_targets, bindings = self._targets(demand, details, reasons)
+        measured = self._measured(observation)
+        for key, value in (
+            ("measured_tpot_seconds", measured.step_seconds),
+            ("measured_decode_sessions", measured.sessions),
+        ):
+            if value is not None:
+                details[key] = value
+        floors, down_targets, bindings = self._targets(demand, measured, details, reasons)
         missed = self._blame_latency_misses(observation)
         recommended = []
         for index, role in enumerate(("Prefill", "Decode")):
@@ -284,7 +324,7 @@ class XpydPolicy:
         )
 
     def _targets(
-        self, demand: _Demand, details: dict[str, float], reasons: list[str]
+        self, demand: _Demand, measured: DecodeMeasurement, details: dict[str, float], reasons: list[str]
     ) -> tuple[tuple[int, int], tuple[int, int], tuple[str, str]]:
         """(floor, scale-down target, binding) per pool, filling `details` with the model's predictions.
 
@@ -296,7 +336,7 @@ class XpydPolicy:
         if demand.rate == 0:
             reasons.append("ZeroTraffic")
             return (0, 0), (0, 0), ("zero_traffic", "zero_traffic")
-        plan = self._plan(demand)
+        plan = self._plan(demand, measured)
         at_floor, at_down = 0, 1
         floors = (int(plan.prefill_instances[at_floor]), int(plan.decode_instances[at_floor]))
         down = (int(plan.prefill_instances[at_down]), int(plan.decode_instances[at_down]))
@@ -305,6 +345,9 @@ class XpydPolicy:
         details["predicted_tpot_seconds"] = details.pop("decode_step_seconds")
         details["prefill_floor"], details["decode_floor"] = float(floors[0]), float(floors[1])
         details["prefill_down_target"], details["decode_down_target"] = float(down[0]), float(down[1])
+        session_reason = SESSION_REASONS.get(str(plan.decode_session_source[at_floor]))
+        if session_reason:
+            reasons.append(session_reason)
         if not plan.ttft_feasible[at_floor]:
             reasons.append("TtftSloBelowModelFloor")
         if not plan.decode_feasible[at_floor]:

@@ -156,6 +156,7 @@ class PoolSample:
     prefill_queue: float
     decode_running: float
     decode_kv_usage: float
+    decode_waiting: float  # requests waiting for KV room on decode
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ class _Simulation:
         self.ttft_values: list[float] = []
         self.tpot_times: list[float] = []
         self.tpot_values: list[float] = []
+        self.tpot_tokens: list[float] = []  # the tokens each TPOT value averages (a histogram's weight)
         # Fleet.
         # (time, sequence, kind, instance or request id by kind, version): `Any` so the hot loop
         # dispatches on `kind` without an isinstance check per event.
@@ -612,6 +614,7 @@ class _Simulation:
         out = self.output[rid]
         if out > 1 and self.track_signals:
             self.tpot_values.append((t - self.first_token[rid]) / (out - 1))
+            self.tpot_tokens.append(float(out - 1))
             self.tpot_times.append(t)
         self.done_count += 1
 
@@ -661,6 +664,7 @@ class _Simulation:
         counts = {(r, s): 0 for r in (PREFILL, DECODE) for s in (STARTING, READY, DRAINING)}
         queued = float(len(self.prefill_wait))
         running = 0
+        waiting = float(len(self.decode_wait))
         kv = []
         for inst in self.instances:
             role, state = inst.role, inst.state
@@ -674,6 +678,7 @@ class _Simulation:
             else:
                 running += inst.size
                 queued += len(inst.queue)
+                waiting += len(inst.queue)
                 kv.append(inst.kv_used / self.kv_cap_tokens if self.kv_cap_tokens else 1.0)
         return PoolSample(
             time_s=t,
@@ -686,6 +691,7 @@ class _Simulation:
             prefill_queue=queued,
             decode_running=float(running),
             decode_kv_usage=float(np.mean(kv)) if kv else 0.0,
+            decode_waiting=waiting,
         )
 
     def _observe(self, t: float, sample: PoolSample) -> Observation:
@@ -698,7 +704,7 @@ class _Simulation:
             if previous.time_s <= end + 1e-9:
                 lagged = previous
                 break
-        rate = mean_in = mean_out = p90_in = p90_out = ttft = tpot = hit_rate = None
+        rate = mean_in = mean_out = p90_in = p90_out = ttft = tpot = tpot_mean = hit_rate = None
         if end > start:
             lo, hi = bisect_left(self.arrival, start), bisect_left(self.arrival, end)
             count = hi - lo
@@ -711,6 +717,7 @@ class _Simulation:
                 p90_out = float(np.percentile(self.requests.output_tokens[lo:hi], 90))
             ttft = _window_p90(self.ttft_times, self.ttft_values, start, end)
             tpot = _window_p90(self.tpot_times, self.tpot_values, start, end)
+            tpot_mean = _window_mean(self.tpot_times, self.tpot_values, self.tpot_tokens, start, end)
         width = self.cfg.hardware.gpus_per_instance
         return Observation(
             time_s=t,
@@ -728,6 +735,8 @@ class _Simulation:
             decode_kv_usage=lagged.decode_kv_usage,
             ttft_p90_s=ttft,
             tpot_p90_s=tpot,
+            tpot_mean_s=tpot_mean,
+            decode_waiting=lagged.decode_waiting,
         )
 
     def _tick(self, t: float) -> None:
@@ -931,6 +940,17 @@ def _window_p90(times: list[float], values: list[float], start: float, end: floa
     if hi <= lo:
         return None
     return float(np.percentile(values[lo:hi], 90))
+
+
+def _window_mean(
+    times: list[float], values: list[float], weights: list[float], start: float, end: float
+) -> float | None:
+    """The weighted mean of the values timed in [start, end) (a histogram's sum over its count)."""
+    lo, hi = bisect_left(times, start), bisect_left(times, end)
+    total = sum(weights[lo:hi])
+    if total <= 0:
+        return None
+    return sum(v * w for v, w in zip(values[lo:hi], weights[lo:hi], strict=True)) / total
 
 
 def run_events(
