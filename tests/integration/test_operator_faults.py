@@ -38,14 +38,9 @@ NAMESPACE = "faults"
 
 @pytest.fixture
 def own_cluster() -> Iterator[LocalCluster]:
-    """One node; the scheduler and controller-manager without leader election, so that the pause does
-    not make them exit (they lose their lease when etcd stops answering for more than 10 s)."""
-    no_election = {"leader-elect": "false"}
-    with start_cluster(
-        nodes=1,
-        name=f"xpyd-faults-{uuid.uuid4().hex[:6]}",
-        component_args={"kube-scheduler": no_election, "kube-controller-manager": no_election},
-    ) as cluster:
+    """One node. Its scheduler and controller-manager run without leader election (the harness default),
+    so the pause does not make them exit (they would lose their lease after 10 s without etcd)."""
+    with start_cluster(nodes=1, name=f"xpyd-faults-{uuid.uuid4().hex[:6]}") as cluster:
         cluster.install_crd(CRD_PATH)
         cluster.kubectl("create", "namespace", NAMESPACE)
         yield cluster
@@ -76,7 +71,7 @@ def test_after_an_etcd_pause_the_operator_reaches_the_newest_spec_within_a_resyn
     settings = {"XPYD_RESYNC_SECONDS": str(RESYNC_SECONDS), "XPYD_ACTIVE_POLL_SECONDS": "0.3"}
     with OperatorProcess(cluster.env(), tmp_path / "operator.log", [NAMESPACE], settings):
         apply(cluster, NAMESPACE, manifest("steady", conversion={"enabled": False}))
-        wait_until(lambda: is_ready(_pdd(cluster)), 60, "steady Ready")
+        wait_until(lambda: is_ready(_pdd(cluster)), 120, "steady Ready")
         before = _pods(cluster)
         assert len(before) == 2
 
