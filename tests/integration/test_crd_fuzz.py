@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kubernetes import client, config
 from tests.integration.pdd import CRD_PATH
 
-from xpyd_api.models import SpecError, parse_pdd
+from xpyd_api.models import PDDSpecError, parse_pdd
 from xpyd_api.names import Role
 from xpyd_operator import render
 
@@ -229,7 +229,7 @@ def check(dry: DryRun, namespace: str, body: dict[str, Any], tally: Tally) -> No
     answer["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
     try:
         objects = list(_rendered(answer))
-    except SpecError as error:
+    except PDDSpecError as error:
         tally.mismatches.append(f"model refused an accepted spec: {error}\n{json.dumps(body)}")
         return
     for path, obj in objects:

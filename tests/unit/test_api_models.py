@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from xpyd_api.models import EngineType, SpecError, SwitchMethod, parse_pdd
+from xpyd_api.models import EngineType, PDDSpecError, SwitchMethod, parse_pdd
 from xpyd_api.names import Role
 
 
@@ -77,7 +77,7 @@ def test_auto_switch_method_follows_the_engine(engine: str, method: SwitchMethod
     ],
 )
 def test_invalid_specs_name_the_field(spec: dict[str, Any], fragment: str) -> None:
-    with pytest.raises(SpecError) as error:
+    with pytest.raises(PDDSpecError) as error:
         parse_pdd(body(**spec))
     assert fragment in str(error.value)
 

@@ -286,7 +286,7 @@ def test_forgets_deleted_and_switched_off_objects() -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"model": {"preset": None}}, "spec.model.preset is not set, so spec.model.params"),
+        ({"model": {"preset": None}}, "spec.model.preset: not given, so spec.model.params"),
         ({"model": {"preset": "gpt-9"}}, "spec.model.preset = 'gpt-9': unknown preset"),
         ({"hardware": {"gpu": "tpu"}}, "spec.hardware.gpu = 'tpu': unknown preset"),
         (
@@ -488,3 +488,23 @@ def test_the_specs_own_efficiencies_are_not_replaced_by_the_calibration() -> Non
     mbu = cluster.autoscaler("web")["calibration"]["mbu"]
     assert (mbu["inUse"], mbu["source"], mbu["confident"]) == (0.9, "spec", True)
     assert mbu["fitted"] == pytest.approx(0.4, rel=0.01)  # reported, so a wrong spec shows
+
+
+def test_a_bug_inside_decide_is_not_reported_as_a_refused_spec() -> None:
+    """The loop catches its own error types (InputError while configuring, LimitsError from decide): a
+    bare ValueError from a policy is a bug, logged, and neither blames the spec nor resets the windows."""
+    cluster = FakeCluster(pdd())
+    loop, _ = controller(cluster, FakeMetrics(BUSY))
+    assert loop.run_pass(1000.0)
+    tracked = next(iter(loop._tracked.values()))
+    policy = tracked.policy
+    assert policy is not None
+
+    def broken(*_: object) -> Decision:
+        raise ValueError("a bug, not the user's spec")
+
+    object.__setattr__(policy, "decide", broken)
+    assert loop.run_pass(1010.0) == []
+    assert cluster.autoscaler("web")["binding"] != "invalid_setup"
+    assert not [e for e in cluster.events if e[1] == "InvalidAutoscaling"]
+    assert tracked.policy is policy  # its windows survive

@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from xpyd_api.errors import InputError
 from xpyd_controller.model.explain import explain, format_bytes, format_seconds, value_at
 from xpyd_controller.model.presets import GPU_CALIBRATION, GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.resolve import PresetError, resolve_gpu, resolve_link, resolve_model
 from xpyd_controller.model.roofline import FloatArray, Numeric
 from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
@@ -68,8 +70,8 @@ def flag_of(field: str) -> str:
     return FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
 
 
-class PlanInputError(ValueError):
-    """Bad command-line input, already worded for the user (flag, value, rule)."""
+class PlanInputError(InputError):
+    """Bad command-line input: the flag, its value and the rule, worded for the user."""
 
 
 def register(subparsers: Any, help_text: str) -> None:
@@ -192,23 +194,10 @@ def _overrides(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, An
 
 
 def build_model(args: argparse.Namespace) -> ModelSpec:
-    overrides = _overrides(args, MODEL_FLAGS)
-    if args.model is not None:
-        return dataclasses.replace(MODEL_PRESETS[args.model], **overrides)
-    mla = "kv_latent_dim" in overrides or "rope_dim" in overrides
-    shape = (
-        ("params", "layers", "kv_latent_dim", "rope_dim")
-        if mla
-        else ("params", "layers", "kv_heads", "head_dim")
-    )
-    missing = [flag_of(name) for name in shape if name not in overrides]
-    if missing:
-        alternative = (
-            "" if mla else " (MLA: --kv-latent-dim and --rope-dim instead of --kv-heads, --head-dim)"
-        )
-        verb = "is" if len(missing) == 1 else "are"
-        raise PlanInputError(f"--model: not given, so {', '.join(missing)} {verb} required{alternative}")
-    return ModelSpec(**overrides)
+    try:
+        return resolve_model(args.model, _overrides(args, MODEL_FLAGS), "--model", flag_of)
+    except PresetError as error:
+        raise PlanInputError(error.field, error.value, error.rule, message=str(error)) from None
 
 
 def spec_error_words(error: SpecError) -> str:
@@ -234,18 +223,16 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
         assert value is not None  # argparse defaults or required flags
         return value
 
-    link = dataclasses.replace(
-        LINK_PRESETS[args.link],
-        **{
-            field: getattr(args, flag)
-            for field, flag in (("bandwidth", "link_bandwidth"), ("overhead", "link_overhead"))
-            if getattr(args, flag) is not None
-        },
+    link = resolve_link(
+        args.link,
+        {"bandwidth": args.link_bandwidth, "overhead": args.link_overhead},
+        "--link",
+        {"bandwidth": "--link-bandwidth", "overhead": "--link-overhead"}.__getitem__,
     )
     custom_link = args.link_bandwidth is not None or args.link_overhead is not None
     return PlanInputs(
         model=build_model(args),
-        gpu=dataclasses.replace(GPU_PRESETS[args.gpu], **_overrides(args, GPU_FLAGS)),
+        gpu=resolve_gpu(args.gpu, _overrides(args, GPU_FLAGS), "--gpu", flag_of),
         link=link,
         workload=Workload(
             rate=number("rate"),
@@ -282,9 +269,8 @@ def parse_sweep(text: str) -> tuple[str, FloatArray]:
     name, sep, spec = text.partition("=")
     name = name.strip().replace("_", "-")
     if not sep or name not in SWEEPABLE:
-        raise PlanInputError(
-            f"--sweep: {text!r}: expected NAME=START:STOP[:STEP] with NAME one of {', '.join(SWEEPABLE)}"
-        )
+        rule = f"expected NAME=START:STOP[:STEP] with NAME one of {', '.join(SWEEPABLE)}"
+        raise PlanInputError("--sweep", text, rule, message=f"--sweep: {text!r}: {rule}")
     try:
         if ":" in spec:
             parts = [float(part) for part in spec.split(":")]
@@ -295,14 +281,14 @@ def parse_sweep(text: str) -> tuple[str, FloatArray]:
                 raise ValueError
             count = int(np.floor((stop - start) / step + 1e-9)) + 1
             if count > MAX_SWEEP_POINTS:
-                raise PlanInputError(f"--sweep: {text!r}: {count} points, at most {MAX_SWEEP_POINTS}")
+                rule = f"{count} points, at most {MAX_SWEEP_POINTS}"
+                raise PlanInputError("--sweep", text, rule, message=f"--sweep: {text!r}: {rule}")
             values = start + step * np.arange(count, dtype=np.float64)
         else:
             values = np.array([float(part) for part in spec.split(",")], dtype=np.float64)
     except ValueError:
-        raise PlanInputError(
-            f"--sweep: {text!r}: values must be START:STOP[:STEP] with STOP >= START and STEP > 0, or V1,V2,..."
-        ) from None
+        rule = "values must be START:STOP[:STEP] with STOP >= START and STEP > 0, or V1,V2,..."
+        raise PlanInputError("--sweep", text, rule, message=f"--sweep: {text!r}: {rule}") from None
     return name.replace("-", "_"), values
 
 
@@ -345,11 +331,18 @@ def physical_floor_errors(plan: Plan, inputs: PlanInputs) -> dict[int, str]:
     return errors
 
 
+def _floor_error(message: str) -> PlanInputError:
+    """A physical_floor_errors() message ("--flag value: rule") as the error carrying its three parts."""
+    head, _, rule = message.partition(": ")
+    flag, _, value = head.partition(" ")
+    return PlanInputError(flag, value, rule, message=message)
+
+
 def check_physical_floors(plan: Plan, inputs: PlanInputs) -> None:
     """An SLO no amount of GPUs can meet is an input error (a single plan stops there)."""
     errors = physical_floor_errors(plan, inputs)
     if errors:
-        raise PlanInputError(errors[min(errors)])
+        raise _floor_error(errors[min(errors)])
 
 
 def _scenario_json(plan: Plan, index: int | tuple[int, ...], link_name: str) -> dict[str, object]:
@@ -569,7 +562,7 @@ def run_sweep(args: argparse.Namespace, name: str, values: FloatArray) -> SweepR
     for j, message in physical_floor_errors(plan, inputs).items():
         invalid[int(valid[j])] = message
     if len(invalid) == values.size:
-        raise PlanInputError(invalid[0])
+        raise _floor_error(invalid[0])
     return SweepResult(name, values, plan, inputs, {int(i): j for j, i in enumerate(valid)}, invalid)
 
 

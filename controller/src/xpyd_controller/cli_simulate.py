@@ -14,13 +14,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xpyd_controller.model.specs import SpecError
-from xpyd_controller.policy.context import PolicyConfigError
+from xpyd_api.errors import InputError
 from xpyd_controller.sim.config import Fleet, GoodputSlo, Mode, SimConfigError
 from xpyd_controller.sim.results import SimResult, recovery_time_s
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import Scenario, builtin_scenarios, load_scenario
-from xpyd_controller.sim.traces import TraceError
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -176,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             policy = build_policy(scenario.policy, config, trace, knobs)
         elif knobs:
             raise SimConfigError("--knob", args.knob[0], "needs a policy in the loop (--policy, disagg)")
-    except (SimConfigError, SpecError, TraceError, PolicyConfigError) as error:
+    except InputError as error:  # a flag, the scenario file, a trace or a policy knob
         err.print(f"xpyd simulate: {error}", markup=False, highlight=False)
         return 2
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from xpyd_api.errors import InputError
 from xpyd_api.names import Role
 
 NIXL_CONNECTOR = "NixlConnector"
@@ -25,8 +26,9 @@ VLLM_ROUTER_KV_CONNECTORS = {
 }
 
 
-class SpecError(ValueError):
-    """A PDDeployment spec that cannot be reconciled; the message names the field, value and rule."""
+class PDDSpecError(InputError):
+    """A PDDeployment spec that cannot be reconciled: its first problem's field, value and rule, and a
+    message naming every problem."""
 
 
 class _Model(BaseModel):
@@ -299,7 +301,7 @@ class PDDeployment(_Model):
 
 
 def parse_pdd(body: dict[str, Any]) -> PDDeployment:
-    """Parse a raw PDDeployment object; raise SpecError naming the field, value and rule on bad input."""
+    """Parse a raw PDDeployment object; raise PDDSpecError naming the field, value and rule on bad input."""
     metadata = body.get("metadata", {})
     try:
         return PDDeployment(
@@ -310,15 +312,21 @@ def parse_pdd(body: dict[str, Any]) -> PDDeployment:
             spec=PDDeploymentSpec.model_validate(body.get("spec") or {}),
         )
     except ValidationError as error:
-        raise SpecError(_describe(error)) from None
+        first = error.errors()[0]
+        raise PDDSpecError(
+            _where(first), first.get("input"), first["msg"], message=_describe(error)
+        ) from None
+
+
+def _where(item: Any) -> str:
+    path = ".".join(str(part) for part in item["loc"])
+    return f"spec.{path}" if path else "spec"
 
 
 def _describe(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"])
-        where = f"spec.{path}" if path else "spec"
         value = item.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
-        problems.append(f"{where}: {item['msg']}{shown}")
+        problems.append(f"{_where(item)}: {item['msg']}{shown}")
     return "; ".join(problems)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xpyd_api.models import PDDeployment, SpecError, SwitchMethod, parse_pdd
+from xpyd_api.models import PDDeployment, PDDSpecError, SwitchMethod, parse_pdd
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_TRANSITION,
@@ -65,7 +65,7 @@ class Reconciler:
         """One pass; returns True while work is in progress (the caller then polls quickly)."""
         try:
             pdd = parse_pdd(dict(body))
-        except SpecError as error:
+        except PDDSpecError as error:
             self._report_blocked(body, Reason.INVALID_SPEC, str(error))
             return False
         if pdd.namespace in self.config.excluded_namespaces:

@@ -28,10 +28,11 @@ from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from xpyd_api.models import AutoscalingMode, PDDeployment, SpecError, parse_pdd
+from xpyd_api.errors import InputError
+from xpyd_api.models import AutoscalingMode, PDDeployment, PDDSpecError, parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.control.pools import pool_states
-from xpyd_controller.control.setup import calibrated_gpu, gpu_spec, limits, policy_context
+from xpyd_controller.control.setup import SetupError, calibrated_gpu, gpu_spec, limits, policy_context
 from xpyd_controller.control.status import (
     DecisionRecord,
     calibration_report,
@@ -61,6 +62,7 @@ from xpyd_controller.metrics.promql import (
 from xpyd_controller.model.calibration import LiveWindow, OnlineCalibration
 from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyContext, Recalibrable
+from xpyd_controller.policy.limits import LimitsError
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Policy
 
@@ -193,7 +195,7 @@ class Controller:
         for body in self.cluster.list_pdds():
             try:
                 pdd = parse_pdd(body)
-            except SpecError as error:  # the operator reports it (InvalidSpec); say it once here
+            except PDDSpecError as error:  # the operator reports it (InvalidSpec); say it once here
                 metadata = body.get("metadata") or {}
                 uid = metadata.get("uid", "")
                 invalid[uid] = str(error)
@@ -273,12 +275,15 @@ class Controller:
         spec = pdd.spec
         try:
             if spec.autoscaling.prometheus is None:
-                raise ValueError("spec.autoscaling.prometheus: required when mode is Advisory or Auto")
-            refused = url_problem(spec.autoscaling.prometheus.url, self.settings.prometheus_allow)
+                field, rule = "spec.autoscaling.prometheus", "required when mode is Advisory or Auto"
+                raise SetupError(field, None, rule, message=f"{field}: {rule}")
+            url = spec.autoscaling.prometheus.url
+            refused = url_problem(url, self.settings.prometheus_allow)
             if refused:
-                raise ValueError(f"spec.autoscaling.prometheus.url: {refused}")
+                field = "spec.autoscaling.prometheus.url"
+                raise SetupError(field, url, refused, message=f"{field}: {refused}")
             policy = self._policy(pdd, tracked)
-        except ValueError as error:  # SetupError, PolicyConfigError and the specs' errors are ValueErrors
+        except InputError as error:  # a preset, an override or a policy knob the spec got wrong
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
             self._report_problem(pdd, body, tracked, message, now)
             return None
@@ -309,7 +314,7 @@ class Controller:
         else:
             try:
                 decision = policy.decide(observation, bounds)
-            except ValueError as error:  # LimitsError: bounds that contradict each other
+            except LimitsError as error:  # bounds that contradict each other
                 self._report_problem(
                     pdd, body, tracked, f"policy {policy.name!r} refused the spec: {error}", now
                 )

@@ -1,66 +1,49 @@
 """A PDDeployment's spec → the policy's `PolicyContext` and `Limits` (pure).
 
-The same presets and override rule as `xpyd plan`: a preset fills the numbers, explicit spec numbers
-override it. Without a GPU or link preset the controller assumes what `xpyd plan` assumes (h100-sxm,
-ib-400g). The autoscaling windows and tolerance of the spec become the policy's knobs of the same meaning.
+The presets and override rule are `xpyd plan`'s and the scenario files' (model/resolve.py): a preset
+fills the numbers, explicit spec numbers override it; without a GPU or link preset h100-sxm and ib-400g. The autoscaling windows and tolerance of the spec become the policy's knobs of the same meaning.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, TypeVar
+import re
 
+from xpyd_api.errors import InputError
 from xpyd_api.models import EngineType, HardwareSpec, PDDeploymentSpec, RouterType
 from xpyd_api.models import ModelSpec as ApiModelSpec
 from xpyd_controller.model.calibration import Fitted, OnlineCalibration
-from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.resolve import resolve_gpu, resolve_link, resolve_model
 from xpyd_controller.model.sizing import RequestFlow
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.types import Limits
 
-DEFAULT_GPU = "h100-sxm"
-DEFAULT_LINK = "ib-400g"
 _MODEL_FIELDS = ("params", "layers", "kv_heads", "head_dim", "hidden_size", "kv_bytes", "weight_bytes")
 _MLA_FIELDS = ("kv_latent_dim", "rope_dim")
 _GPU_FIELDS = ("peak_flops", "mfu", "hbm_bandwidth", "mbu", "hbm_bytes")
 
 
-PresetT = TypeVar("PresetT")
+class SetupError(InputError):
+    """The spec cannot configure a policy (e.g. its Prometheus URL is refused)."""
 
 
-class SetupError(ValueError):
-    """The spec cannot configure a policy; the message names the field, value and rule."""
-
-
-def _preset(table: Mapping[str, PresetT], field: str, name: str) -> PresetT:
-    if name not in table:
-        raise SetupError(f"{field} = {name!r}: unknown preset; known: {', '.join(sorted(table))}")
-    return table[name]
-
-
-def _given(spec: object, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in names if getattr(spec, name) is not None}
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m[1].upper(), name)
 
 
 def model_spec(model: ApiModelSpec) -> ModelSpec:
-    overrides = _given(model, _MODEL_FIELDS + _MLA_FIELDS)
-    if model.preset is not None:
-        return dataclasses.replace(_preset(MODEL_PRESETS, "spec.model.preset", model.preset), **overrides)
-    mla = "kv_latent_dim" in overrides or "rope_dim" in overrides
-    shape = ("params", "layers", *(_MLA_FIELDS if mla else ("kv_heads", "head_dim")))
-    missing = [f"spec.model.{name}" for name in shape if name not in overrides]
-    if missing:
-        raise SetupError(
-            f"spec.model.preset is not set, so {', '.join(missing)} must be (the capacity model needs them)"
-        )
-    return ModelSpec(**overrides)
+    overrides = {name: getattr(model, name) for name in _MODEL_FIELDS + _MLA_FIELDS}
+    return resolve_model(
+        model.preset, overrides, "spec.model.preset", lambda name: f"spec.model.{_camel(name)}"
+    )
 
 
 def gpu_spec(hardware: HardwareSpec) -> GpuSpec:
-    preset = _preset(GPU_PRESETS, "spec.hardware.gpu", hardware.gpu or DEFAULT_GPU)
-    return dataclasses.replace(preset, **_given(hardware, _GPU_FIELDS))
+    overrides = {name: getattr(hardware, name) for name in _GPU_FIELDS}
+    return resolve_gpu(
+        hardware.gpu, overrides, "spec.hardware.gpu", lambda name: f"spec.hardware.{_camel(name)}"
+    )
 
 
 CALIBRATION_HYSTERESIS = 0.1  # a fit in use is replaced only when the new one differs by more
@@ -91,16 +74,9 @@ def calibrated_gpu(
 
 
 def link_spec(hardware: HardwareSpec) -> LinkSpec:
-    preset = _preset(LINK_PRESETS, "spec.hardware.link", hardware.link or DEFAULT_LINK)
-    overrides = {
-        field: value
-        for field, value in (
-            ("bandwidth", hardware.link_bandwidth),
-            ("overhead", hardware.link_overhead_seconds),
-        )
-        if value is not None
-    }
-    return dataclasses.replace(preset, **overrides)
+    overrides = {"bandwidth": hardware.link_bandwidth, "overhead": hardware.link_overhead_seconds}
+    spec_names = {"bandwidth": "spec.hardware.linkBandwidth", "overhead": "spec.hardware.linkOverheadSeconds"}
+    return resolve_link(hardware.link, overrides, "spec.hardware.link", spec_names.__getitem__)
 
 
 def request_flow(spec: PDDeploymentSpec) -> RequestFlow:

@@ -12,18 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from xpyd_api.errors import InputError
 
-class SpecError(ValueError):
-    """A rejected input value; carries the field, the value and the rule it broke.
+
+class SpecError(InputError):
+    """A rejected value of the capacity model's inputs (model, GPU, link, workload, pool).
 
     The CLI maps `field` to its flag name, so a message always names what the user typed.
     """
-
-    def __init__(self, field: str, value: object, rule: str) -> None:
-        super().__init__(f"{field} = {value!r}: {rule}")
-        self.field = field
-        self.value = value
-        self.rule = rule
 
 
 def require(

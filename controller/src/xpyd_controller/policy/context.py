@@ -12,19 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from xpyd_api.errors import InputError
 from xpyd_controller.model.sizing import REQUEST_FLOWS, RequestFlow
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 
-class PolicyConfigError(ValueError):
+class PolicyConfigError(InputError):
     """A rejected policy setting; names the policy, the field, its value and the rule."""
 
     def __init__(self, policy: str, field: str, value: object, rule: str) -> None:
-        super().__init__(f"policy {policy!r}: {field} = {value!r}: {rule}")
+        super().__init__(field, value, rule, message=f"policy {policy!r}: {field} = {value!r}: {rule}")
         self.policy = policy
-        self.field = field
-        self.value = value
-        self.rule = rule
 
 
 @dataclass(frozen=True)

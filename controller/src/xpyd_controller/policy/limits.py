@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xpyd_api.errors import InputError
 from xpyd_controller.policy.types import Limits
 
 
-class LimitsError(ValueError):
+class LimitsError(InputError):
     """Limits that no allocation can satisfy; names the field, value and rule."""
 
     def __init__(self, field: str, value: object, rule: str) -> None:
-        super().__init__(f"limits.{field} = {value!r}: {rule}")
-        self.field = field
-        self.value = value
-        self.rule = rule
+        super().__init__(field, value, rule, message=f"limits.{field} = {value!r}: {rule}")
 
 
 def validate_limits(limits: Limits, prefill_gpus: int, decode_gpus: int) -> None:

@@ -13,20 +13,15 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from xpyd_api.errors import InputError
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 Mode = Literal["colocated", "disagg"]
 FloatArray = npt.NDArray[np.float64]
 
 
-class SimConfigError(ValueError):
+class SimConfigError(InputError):
     """A rejected simulator input, naming the field, the value and the rule it broke."""
-
-    def __init__(self, field_name: str, value: object, rule: str) -> None:
-        super().__init__(f"{field_name} = {value!r}: {rule}")
-        self.field = field_name
-        self.value = value
-        self.rule = rule
 
 
 def _require(condition: bool, field_name: str, value: object, rule: str) -> None:

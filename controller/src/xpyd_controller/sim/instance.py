@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from xpyd_api.errors import InputError
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.sim.config import Hardware
 from xpyd_controller.sim.exposition import EngineSeries, render
@@ -31,11 +32,8 @@ KV_BLOCK_TOKENS = 16  # vLLM's default block size
 DEFAULT_KV_LEASE_S = 30.0  # how long a prefill keeps KV blocks nobody pulled (NIXL's lease)
 
 
-class InstanceError(ValueError):
+class InstanceError(InputError):
     """A rejected job or setting; names the field, value and rule."""
-
-    def __init__(self, field: str, value: object, rule: str) -> None:
-        super().__init__(f"{field} = {value!r}: {rule}")
 
 
 class JobKind(StrEnum):

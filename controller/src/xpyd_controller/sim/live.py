@@ -25,6 +25,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from xpyd_api.errors import InputError
 from xpyd_api.names import Role
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.sim.config import GoodputSlo, Hardware
@@ -32,11 +33,8 @@ from xpyd_controller.sim.exposition import EngineSeries, render
 from xpyd_controller.sim.traces.synthetic import Curve, LengthDistribution, Shifted, renewal_arrivals
 
 
-class LiveFleetError(ValueError):
+class LiveFleetError(InputError):
     """A rejected fleet operation or setting; names the field, value and rule."""
-
-    def __init__(self, field: str, value: object, rule: str) -> None:
-        super().__init__(f"{field} = {value!r}: {rule}")
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xpyd_controller.model.presets import DATASHEET_GPUS, GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.presets import DATASHEET_GPUS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.resolve import PresetError, resolve_gpu, resolve_link, resolve_model
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
 from xpyd_controller.policy.types import Limits
 from xpyd_controller.sim.config import (
@@ -338,12 +339,24 @@ def _from_mapping(cls: type[Any], data: object, where: str, nested: Mapping[str,
         raise SimConfigError(where, dict(data), f"invalid: {err}") from err
 
 
-def _preset(table: Mapping[str, Any], cls: type[Any], value: object, where: str) -> Any:
-    if isinstance(value, str):
-        if value not in table:
-            raise SimConfigError(where, value, f"unknown preset; known: {', '.join(sorted(table))}")
-        return table[value]
-    return _from_mapping(cls, value, where)
+Resolver = Callable[[str | None, Mapping[str, Any], str, Callable[[str], str]], Any]
+
+
+def _preset(resolve: Resolver, cls: type[Any], value: object, where: str) -> Any:
+    """A preset name, a mapping with `preset` and overrides (the rule of model/resolve.py, as for a
+    PDDeployment and `xpyd plan`), or a mapping of every field."""
+    if not isinstance(value, str | Mapping) or (isinstance(value, Mapping) and "preset" not in value):
+        return _from_mapping(cls, value, where)
+    preset, overrides, field = value, {}, where
+    if isinstance(value, Mapping):
+        preset, field = value["preset"], f"{where}.preset"
+        overrides = {key: item for key, item in value.items() if key != "preset"}
+    if not isinstance(preset, str):
+        raise SimConfigError(field, preset, "must be a preset name")
+    try:
+        return resolve(preset, overrides, field, lambda name: f"{where}.{name}")
+    except PresetError as error:  # a scenario file's mistakes are SimConfigErrors, as everywhere else
+        raise SimConfigError(error.field, error.value, error.rule) from None
 
 
 def _resolve(base: Path, value: object, where: str) -> str:
@@ -362,9 +375,9 @@ def scenario_from_mapping(data: object, base: Path = Path()) -> Scenario:
 
     def hardware(value: object, where: str) -> Hardware:
         parts = {
-            "model": lambda v, w: _preset(MODEL_PRESETS, ModelSpec, v, w),
-            "gpu": lambda v, w: _preset(GPU_PRESETS, GpuSpec, v, w),
-            "link": lambda v, w: _preset(LINK_PRESETS, LinkSpec, v, w),
+            "model": lambda v, w: _preset(resolve_model, ModelSpec, v, w),
+            "gpu": lambda v, w: _preset(resolve_gpu, GpuSpec, v, w),
+            "link": lambda v, w: _preset(resolve_link, LinkSpec, v, w),
         }
         return _from_mapping(Hardware, value, where, parts)  # type: ignore[no-any-return]
 

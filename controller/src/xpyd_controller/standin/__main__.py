@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
+from xpyd_api.errors import InputError
 from xpyd_api.models import HardwareSpec, ModelSpec
-from xpyd_controller.control.setup import SetupError, gpu_spec, link_spec, model_spec
+from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
 from xpyd_controller.sim.config import Hardware
 from xpyd_controller.sim.instance import DEFAULT_KV_LEASE_S, SimulatedInstance
 from xpyd_controller.standin.server import StandinEngine
@@ -56,7 +57,7 @@ def hardware_of(simulate: str | None, model_name: str, gpus: int) -> Hardware:
         )
         hardware = HardwareSpec.model_validate(given.get("hardware", {}))
         return Hardware(model_spec(model), gpu_spec(hardware), link_spec(hardware), gpus_per_instance=gpus)
-    except (json.JSONDecodeError, ValidationError, SetupError) as error:
+    except (json.JSONDecodeError, ValidationError, InputError) as error:
         raise ValueError(f"--simulate = {simulate!r}: {error}") from None
 
 

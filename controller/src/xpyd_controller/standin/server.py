@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from xpyd_api.errors import InputError
 from xpyd_controller.sim.instance import Job, JobKind, Progress, SimulatedInstance
 
 TOKEN_TEXT = " tok"  # the text of every generated token
@@ -41,11 +42,8 @@ PULL_PATH = "/xpyd/kv/pull"
 REQUESTS_PATH = "/xpyd/requests"
 
 
-class RequestError(ValueError):
+class RequestError(InputError):
     """A request the server answers with 400; the message names the field, value and rule."""
-
-    def __init__(self, field: str, value: object, rule: str) -> None:
-        super().__init__(f"{field} = {value!r}: {rule}")
 
 
 @dataclass

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from xpyd_api.errors import InputError
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """Rejected trace data; names where (file and line when there is one), the field, value and rule."""
 
     def __init__(
@@ -24,10 +26,7 @@ class TraceError(ValueError):
     ) -> None:
         where = source if line is None else f"{source}:{line}"
         prefix = f"{where}: " if where else ""
-        super().__init__(f"{prefix}{field} = {value!r}: {rule}")
-        self.field = field
-        self.value = value
-        self.rule = rule
+        super().__init__(field, value, rule, message=f"{prefix}{field} = {value!r}: {rule}")
         self.source = source
         self.line = line
 
