@@ -257,10 +257,10 @@ def test_two_controllers_without_a_lease_say_so_and_only_one_decides(
     start_operator: OperatorFactory,
     start_controller: ControllerFactory,
 ) -> None:
-    """Two controllers on one PDDeployment without a Lease, with different policies (so they disagree):
+    """Two controllers on one PDDeployment without a Lease, with different policies (they may disagree):
     the one whose identity sorts first decides, the other defers; each posts one ConcurrentDeciders
-    Warning, the status names both, the replicas never flap, and the other takes over when the first
-    one is gone."""
+    Warning, the status names both, only the first one's decisions are written (without the rule each
+    would write its own every interval), and the other takes over when the first one is gone."""
     traffic = Traffic()
     with engine_exporter("prefill", traffic) as prefill, engine_exporter("decode", traffic) as decode:
         labels = {"namespace": namespace, "pdd": "twice"}
