@@ -62,9 +62,13 @@ def test_version_prints_the_package_version_and_the_simulator_build() -> None:
         (["--help"], set(), {"numpy", "rich", "yaml", "kubernetes", "kopf", "matplotlib"}),
         (["version"], set(), {"numpy", "rich", "yaml", "kubernetes", "kopf", "matplotlib"}),
         (
-            ["plan", "--model", "llama-3.1-8b", "--rate", "1", "--isl", "100", "--osl", "10", "--json"],
+            [
+                *("plan", "--model", "llama-3.1-8b", "--rate", "1", "--isl", "100", "--osl", "10"),
+                *("--ttft-quantile", "0.9", "--isl-std", "20", "--json"),
+            ],
             {"numpy", "xpyd_controller.model.sizing"},
-            {"rich", "yaml", "kubernetes", "kopf", "matplotlib", "xpyd_controller.sim.engine"},
+            # statistics (NormalDist) pulls in fractions, decimal and random: the model has its own Φ⁻¹
+            {"rich", "yaml", "kubernetes", "kopf", "matplotlib", "xpyd_controller.sim.engine", "statistics"},
         ),
         (
             ["simulate", "--split", "6:2", "--rate", "28", "--json"],

@@ -16,6 +16,7 @@ from xpyd_controller.model.sizing import (
     Slo,
     Workload,
     dp_ratio,
+    normal_quantile,
     size_pools,
     std_from_quantile,
 )
@@ -521,3 +522,21 @@ def test_measured_sessions_at_zero_traffic_leave_the_prediction() -> None:
     )
     assert plan.as_dict()["decode_session_source"] == "predicted"
     assert int(plan.decode_instances) == 0
+
+
+@pytest.mark.parametrize(
+    "p", [1e-300, 1e-12, 0.001, 0.02425, 0.1, 0.5, 0.9, 0.975, 0.99, 0.999999, 1 - 1e-12]
+)
+def test_normal_quantile_matches_the_standard_library(p: float) -> None:
+    """The sizing's own Φ⁻¹ (no `statistics` import at start-up) agrees with NormalDist to double precision."""
+    from statistics import NormalDist
+
+    expected = NormalDist().inv_cdf(p)
+    assert normal_quantile(p) == pytest.approx(expected, rel=1e-14, abs=1e-14)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, -0.5, math.nan])
+def test_normal_quantile_rejects_probabilities_outside_the_open_interval(p: float) -> None:
+    with pytest.raises(SpecError) as error:
+        normal_quantile(p)
+    assert error.value.rule == "must be in (0, 1)"
