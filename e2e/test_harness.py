@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from e2e.harness import ClusterError, LocalCluster, cluster_provider, start_cluster, start_prometheus
-from e2e.harness.cluster import _existing_cluster
+from e2e.harness.cluster import KWOK_CREATE_ATTEMPTS, _create_kwok_cluster, _existing_cluster
 from e2e.harness.pods import discovery_targets
 from e2e.harness.procs import kill_pid, pid_alive, pids_in, wait_until
 from e2e.harness.prometheus import pod_monitor_scrape_config, scrape_config
@@ -64,6 +64,42 @@ def test_existing_provider_refuses_a_context_that_does_not_look_like_a_test_clus
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     with pytest.raises(ClusterError, match="refuses context 'prod-eu-1'"):
         _existing_cluster()
+
+
+def _fake_kwokctl(bin_dir: Path, failures: int) -> Path:
+    """A kwokctl that fails `create` the first `failures` times (as a port taken by another cluster does)
+    and logs each call's verb."""
+    calls = bin_dir / "calls"
+    script = bin_dir / "kwokctl"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$1 $3" >> {calls}\n'
+        f'if [ "$3" = create ] && [ "$(grep -c "^--config create" {calls})" -le {failures} ]; then\n'
+        '  echo "bind: address already in use" >&2; exit 1\n'
+        "fi\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("failures", "creates", "deletes", "fails"),
+    [(0, 1, 0, False), (1, 2, 1, False), (KWOK_CREATE_ATTEMPTS, KWOK_CREATE_ATTEMPTS, 1, True)],
+)
+def test_kwok_create_retries_once_from_a_clean_slate(
+    tmp_path: Path, failures: int, creates: int, deletes: int, fails: bool
+) -> None:
+    calls = _fake_kwokctl(tmp_path, failures)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    if fails:
+        with pytest.raises(ClusterError, match="address already in use"):
+            _create_kwok_cluster("c", workdir, dict(os.environ), tmp_path, {})
+    else:
+        _create_kwok_cluster("c", workdir, dict(os.environ), tmp_path, {})
+    log = calls.read_text().splitlines()
+    assert log.count("--config create") == creates
+    assert log.count("delete --name") == deletes  # a failed start is cleaned up first
 
 
 def test_wait_until_names_what_it_waited_for() -> None:

@@ -227,15 +227,8 @@ def _with_defaults(component_args: ComponentArgs) -> dict[str, dict[str, str]]:
     return merged
 
 
-@contextlib.contextmanager
-def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Iterator[LocalCluster]:
-    bin_dir = testbin_dir()
-    workdir = Path(tempfile.mkdtemp(prefix="xpyd-kwok-"))
-    env = dict(os.environ)
-    env.update(
-        KWOK_WORKDIR=str(workdir),
-        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",  # kwokctl shells out to kubectl
-    )
+def _write_kwokctl_config(workdir: Path, bin_dir: Path, component_args: ComponentArgs) -> Path:
+    """kwokctl's configuration: binary runtime on 127.0.0.1, a fresh API server port, our binaries."""
     config = workdir / "kwokctl.yaml"
     config.write_text(
         json.dumps(
@@ -261,6 +254,79 @@ def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Itera
             }
         )
     )
+    return config
+
+
+# kwokctl picks the ports of etcd, kube-controller-manager and kwok itself; another cluster starting at
+# the same moment can take one first ("bind: address already in use"), and a start on two saturated cores
+# can miss kwokctl's wait. Both are the machine's, not the code under test: one more attempt from scratch.
+KWOK_CREATE_ATTEMPTS = 2
+
+
+def _create_kwok_cluster(
+    name: str, workdir: Path, env: dict[str, str], bin_dir: Path, component_args: ComponentArgs
+) -> None:
+    kwokctl = str(bin_dir / "kwokctl")
+    for attempt in range(1, KWOK_CREATE_ATTEMPTS + 1):
+        config = _write_kwokctl_config(workdir, bin_dir, component_args)
+        try:
+            _run_step(
+                "create the kwok cluster",
+                [
+                    kwokctl,
+                    "--config",
+                    str(config),
+                    "create",
+                    "cluster",
+                    "--name",
+                    name,
+                    "--kubeconfig",
+                    str(workdir / "user-kubeconfig.yaml"),
+                    "--wait",
+                    "3m",
+                ],
+                env,
+                timeout=300,
+            )
+            return
+        except ClusterError as error:
+            if attempt == KWOK_CREATE_ATTEMPTS:
+                raise
+            print(f"kwok cluster {name}: attempt {attempt} failed, retrying: {error}", file=sys.stderr)
+            _delete_kwok_cluster(kwokctl, name, workdir, env)
+
+
+def _delete_kwok_cluster(kwokctl: str, name: str, workdir: Path, env: dict[str, str]) -> None:
+    """kwokctl's delete, then by pid whatever it did not stop (and the zombies of what it did)."""
+    components = pids_in(workdir)
+    with contextlib.suppress(Exception):
+        subprocess.run(
+            [
+                kwokctl,
+                "delete",
+                "cluster",
+                "--name",
+                name,
+                "--kubeconfig",
+                str(workdir / "user-kubeconfig.yaml"),
+            ],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    kill_and_reap(components)
+
+
+@contextlib.contextmanager
+def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Iterator[LocalCluster]:
+    bin_dir = testbin_dir()
+    workdir = Path(tempfile.mkdtemp(prefix="xpyd-kwok-"))
+    env = dict(os.environ)
+    env.update(
+        KWOK_WORKDIR=str(workdir),
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",  # kwokctl shells out to kubectl
+    )
     cluster_dir = workdir / "clusters" / name
     kubeconfig = cluster_dir / "kubeconfig.yaml"
     cluster = LocalCluster(
@@ -274,24 +340,7 @@ def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Itera
     kwokctl = str(bin_dir / "kwokctl")
     become_subreaper()
     try:
-        _run_step(
-            "create the kwok cluster",
-            [
-                kwokctl,
-                "--config",
-                str(config),
-                "create",
-                "cluster",
-                "--name",
-                name,
-                "--kubeconfig",
-                str(workdir / "user-kubeconfig.yaml"),
-                "--wait",
-                "3m",
-            ],
-            env,
-            timeout=300,
-        )
+        _create_kwok_cluster(name, workdir, env, bin_dir, component_args)
         wait_until(kubeconfig.exists, 30, f"{kubeconfig} to be written")
         cluster.nodes = [f"kwok-node-{i}" for i in range(nodes)]
         cluster.pod_network = loopback_pod_network()
@@ -307,24 +356,7 @@ def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Itera
         cluster.dump_logs()
         raise
     finally:
-        components = pids_in(workdir)
-        with contextlib.suppress(Exception):
-            subprocess.run(
-                [
-                    kwokctl,
-                    "delete",
-                    "cluster",
-                    "--name",
-                    name,
-                    "--kubeconfig",
-                    str(workdir / "user-kubeconfig.yaml"),
-                ],
-                env=env,
-                capture_output=True,
-                timeout=120,
-                check=False,
-            )
-        kill_and_reap(components)  # whatever kwokctl did not stop, and the zombies of what it did
+        _delete_kwok_cluster(kwokctl, name, workdir, env)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
