@@ -6,7 +6,9 @@ is one of those, a process is started with that container's command, args and en
 would: `$(VAR)` references in args are expanded, downward-API fields are resolved, and the process sees the
 pod's network as its own, so `0.0.0.0` in its args is the pod IP (a pod's network namespace has no
 other address). KUBECONFIG stands for the pod's service account. A pod that goes (or starts terminating)
-has its process stopped by pid; `close()` stops them all. With `sd_file`, the runner also keeps a
+has its process stopped by pid as a kubelet stops a container: its `preStop` sleep first, then SIGTERM,
+SIGKILL when `terminationGracePeriodSeconds` are over (a new pod given the same IP waits for that
+process to end); `close()` stops them all at once. With `sd_file`, the runner also keeps a
 Prometheus file_sd list of every pod's container ports with the labels Kubernetes service discovery
 gives (`__meta_kubernetes_*`), for a scrape config with a PodMonitor's relabelling (prometheus.py).
 """
@@ -53,6 +55,8 @@ class PodProcess:
     argv: list[str]
     log_path: Path
     process: subprocess.Popen[bytes]
+    pre_stop_s: float = 0.0  # the container's preStop sleep
+    grace_s: float = 30.0  # the pod's terminationGracePeriodSeconds (Kubernetes' default 30)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -167,10 +171,11 @@ class PodRunner:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.running: dict[str, PodProcess] = {}  # by pod uid
+        self.stopping: dict[str, PodProcess] = {}  # terminating (preStop, then SIGTERM), by pod uid
         self.exited: list[tuple[PodProcess, int]] = []  # processes that ended by themselves, and how
         self._api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # close(): stop polling, and terminating processes skip preStop
         self._thread = threading.Thread(target=self._run, name="pod-runner", daemon=True)
 
     def start(self) -> PodRunner:
@@ -184,6 +189,11 @@ class PodRunner:
         with self._lock:
             for uid in list(self.running):
                 self._stop_pod(uid)
+            stopping = list(self.stopping.values())
+        for started in stopping:
+            kill_pid(started.process.pid, grace=2.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                started.process.wait(timeout=10)
 
     def process_of(self, pod: str) -> PodProcess | None:
         with self._lock:
@@ -221,8 +231,9 @@ class PodRunner:
                     self.exited.append((started, code))
                     del self.running[uid]
             known = {started.uid for started, _ in self.exited}
+            held = {started.pod_ip for started in self.stopping.values()}
             for uid, pod in wanted.items():
-                if uid not in self.running and uid not in known:
+                if uid not in self.running and uid not in known and pod.status.pod_ip not in held:
                     self._start_pod(pod)
 
     def write_targets(self, groups: list[dict[str, Any]]) -> None:
@@ -244,15 +255,33 @@ class PodRunner:
             process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=process_env, start_new_session=True
             )
+        pre_stop = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        grace = pod.spec.termination_grace_period_seconds
         self.running[pod.metadata.uid] = PodProcess(
-            pod.metadata.name, pod.metadata.uid, pod.status.pod_ip, argv, log_path, process
+            pod.metadata.name,
+            pod.metadata.uid,
+            pod.status.pod_ip,
+            argv,
+            log_path,
+            process,
+            pre_stop_s=float(pre_stop.get("seconds") or 0),
+            grace_s=30.0 if grace is None else float(grace),
         )
 
     def _stop_pod(self, uid: str) -> None:
+        """Terminate in the background, as a kubelet would (the sync loop goes on meanwhile)."""
         started = self.running.pop(uid)
-        kill_pid(started.process.pid)
+        self.stopping[uid] = started
+        threading.Thread(target=self._terminate, args=(started,), name=f"stop-{started.pod}").start()
+
+    def _terminate(self, started: PodProcess) -> None:
+        pre_stop = 0.0 if self._stop.is_set() else min(started.pre_stop_s, started.grace_s)
+        self._stop.wait(pre_stop)
+        kill_pid(started.process.pid, grace=max(2.0, started.grace_s - pre_stop))
         with contextlib.suppress(subprocess.TimeoutExpired):
             started.process.wait(timeout=10)
+        with self._lock:
+            self.stopping.pop(started.uid, None)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
@@ -23,6 +25,11 @@ from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
 
 def removal(source: Role, since: float = NOW - 1) -> Transition:
     return Transition(TransitionKind.REMOVE, source, None, Step.DRAINING, since, since)
+
+
+def removal_done(source: Role) -> Transition:
+    """A decode removal whose prefill backlog was recorded empty (nothing queued for it at prefill)."""
+    return replace(removal(source), prefill_backlog=())
 
 
 def summarize(actions: list[Action]) -> list[tuple[str, ...]]:
@@ -103,9 +110,13 @@ CASES: list[tuple[str, PDDeploymentSpec, list[Instance], dict[str, int | None], 
         [("begin", "x-2", "Remove", "None")],
     ),
     (
-        "drained removal (idle) is deleted",
+        "drained removal (idle, no prefill backlog) is deleted",
         make_spec(),
-        [make_instance("x-0", P), make_instance("x-1", D), make_instance("x-2", D, transition=removal(D))],
+        [
+            make_instance("x-0", P),
+            make_instance("x-1", D),
+            make_instance("x-2", D, transition=removal_done(D)),
+        ],
         {"x-2": 0},
         [("delete", "x-2")],
     ),
@@ -163,9 +174,13 @@ CASES: list[tuple[str, PDDeploymentSpec, list[Instance], dict[str, int | None], 
         [],
     ),
     (
-        "conversion drained (idle) moves to Switching",
+        "conversion drained (idle, no prefill backlog) moves to Switching",
         make_spec(prefill=2, decode=1),
-        [make_instance("x-0", P), make_instance("x-1", D), make_instance("x-2", D, transition=convert(D))],
+        [
+            make_instance("x-0", P),
+            make_instance("x-1", D),
+            make_instance("x-2", D, transition=replace(convert(D), prefill_backlog=())),
+        ],
         {"x-2": 0},
         [("advance", "x-2", "Switching", "idle")],
     ),

@@ -166,6 +166,17 @@ def test_engine_exit_message_carries_its_log_tail() -> None:
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
+def test_a_deleted_instance_leaves_the_router_before_its_engine_stops_and_finishes_its_requests() -> None:
+    pdd = make_pdd(conversion={"drainTimeoutSeconds": 42.5})
+    pod = render.instance_pod(pdd, Role.DECODE, "p-0")["spec"]
+    container = pod["containers"][0]
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": render.PRE_STOP_SLEEP_SECONDS}}}
+    assert flag(container["args"], "--shutdown-timeout") == "43"  # vLLM's default 0 aborts in-flight
+    assert pod["terminationGracePeriodSeconds"] == render.PRE_STOP_SLEEP_SECONDS + 43 + 10
+    sglang = render.engine_role_args(make_pdd(engine={"type": "sglang"}).spec, Role.DECODE)
+    assert "--shutdown-timeout" not in sglang
+
+
 def test_sglang_serves_metrics_with_length_histograms() -> None:
     args = render.engine_role_args(make_pdd(engine={"type": "sglang"}).spec, Role.DECODE)
     assert "--enable-metrics" in args and "--collect-tokens-histogram" in args

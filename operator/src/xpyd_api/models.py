@@ -186,6 +186,10 @@ class RouterSpec(_Model):
 class ConversionSpec(_Model):
     enabled: bool = True
     drain_timeout_seconds: float = Field(default=60.0, gt=0)
+    # How long a vLLM prefill instance keeps a finished request's KV for decode to pull (NIXL's
+    # kv_connector_extra_config.kv_lease_duration, 30 s in vLLM 0.32): a prefill instance switches or
+    # goes only this long after its last request ended (within drainTimeoutSeconds).
+    kv_lease_seconds: float = Field(default=30.0, ge=0, le=3600)
     switch_method: SwitchMethod = SwitchMethod.AUTO
     switch_path: str = Field(default="/pd_role_switch", pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path
 
@@ -279,6 +283,18 @@ class PDDeploymentSpec(_Model):
         """True when a relabel alone switches an instance: vLLM's NixlConnector treats kv_role as a
         placeholder (the router decides each request's role); other connectors act on it."""
         return self.engine.type is EngineType.VLLM and self.vllm_connector == NIXL_CONNECTOR
+
+    @property
+    def decode_sent_after_prefill(self) -> bool:
+        """vllm-router in front of vLLM picks a request's decode instance when it arrives but sends it
+        only after the prefill answered (measured, 0.1.17): a decode instance out of the router's pool
+        can still receive the requests queued at prefill instances."""
+        return self.engine.type is EngineType.VLLM and self.router.type is RouterType.VLLM_ROUTER
+
+    @property
+    def prefill_holds_kv(self) -> bool:
+        """vLLM prefill instances keep a finished request's KV for decode to pull (kv lease)."""
+        return self.engine.type is EngineType.VLLM
 
     @property
     def switch_method(self) -> SwitchMethod:

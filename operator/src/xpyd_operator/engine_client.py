@@ -1,4 +1,5 @@
-"""HTTP I/O with engine instances: in-flight requests from /metrics, the role-switch call, verification.
+"""HTTP I/O with engine instances: in-flight and finished requests from /metrics, the role-switch call,
+verification.
 
 A failed read is `None` ("no data"), never 0: draining waits for a known 0 or the timeout.
 """
@@ -10,6 +11,7 @@ import math
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from xpyd_api.models import EngineType
@@ -26,6 +28,22 @@ IN_FLIGHT_METRICS: dict[EngineType, tuple[tuple[str, str], ...]] = {
     ),
 }
 
+# Counters of the requests an instance has finished, per engine: vLLM observes a request's prompt
+# length when it finishes, so the histogram's count is its finished requests (prefill parts included).
+FINISHED_METRICS: dict[EngineType, tuple[tuple[str], ...]] = {
+    EngineType.VLLM: (("vllm:request_prompt_tokens_count",),),
+    EngineType.SGLANG: (),
+    EngineType.CUSTOM: (("vllm:request_prompt_tokens_count",),),
+}
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """One /metrics read: requests in the engine now, and finished since it started (None: not known)."""
+
+    in_flight: int | None
+    finished: int | None
+
 
 # Settings SGLang's /pd_role_switch needs to switch a prefill-launched engine to decode.
 DECODE_GRAPH_KEYS = ("decode_cuda_graph_memory_gb", "decode_cuda_graph_bs")
@@ -36,7 +54,12 @@ class EngineError(RuntimeError):
 
 
 def parse_in_flight(text: str, families: Sequence[tuple[str, ...]]) -> int | None:
-    """Sum of the first metric family whose every gauge appears in `text` (all label sets); else None."""
+    """Sum of the first metric family whose every series appears in `text` (all label sets); else None."""
+    return _first_family_sum(_values(text), families)
+
+
+def _values(text: str) -> dict[str, float]:
+    """Each metric name's value, summed over its label sets (finite samples only)."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -55,6 +78,10 @@ def parse_in_flight(text: str, families: Sequence[tuple[str, ...]]) -> int | Non
             continue
         if math.isfinite(value):
             values[name] = values.get(name, 0.0) + value
+    return values
+
+
+def _first_family_sum(values: Mapping[str, float], families: Sequence[tuple[str, ...]]) -> int | None:
     for family in families:
         if all(name in values for name in family):
             return round(sum(values[name] for name in family))
@@ -79,14 +106,27 @@ def metrics_url(instance: Instance, port: int, probe_pod_ip: bool) -> str | None
     return f"{base}/metrics" if base else None
 
 
-def read_in_flight(url: str, engine: EngineType, timeout: float) -> int | None:
-    """In-flight requests of one instance, or None when the endpoint does not answer with them."""
+def parse_load(text: str, engine: EngineType) -> EngineLoad:
+    values = _values(text)
+    return EngineLoad(
+        _first_family_sum(values, IN_FLIGHT_METRICS[engine]),
+        _first_family_sum(values, FINISHED_METRICS[engine]),
+    )
+
+
+def read_load(url: str, engine: EngineType, timeout: float) -> EngineLoad:
+    """In-flight and finished requests of one instance; None parts when the endpoint does not say."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             text = response.read().decode(errors="replace")
     except (urllib.error.URLError, OSError, ValueError):
-        return None
-    return parse_in_flight(text, IN_FLIGHT_METRICS[engine])
+        return EngineLoad(None, None)
+    return parse_load(text, engine)
+
+
+def read_in_flight(url: str, engine: EngineType, timeout: float) -> int | None:
+    """In-flight requests of one instance, or None when the endpoint does not answer with them."""
+    return read_load(url, engine, timeout).in_flight
 
 
 def switch_role(url: str, target: Role, timeout: float, settings: Mapping[str, Any] | None = None) -> None:

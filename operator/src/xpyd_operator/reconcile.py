@@ -27,6 +27,7 @@ from xpyd_api.names import (
 )
 from xpyd_operator import engine_client, render
 from xpyd_operator.config import OperatorConfig
+from xpyd_operator.engine_client import EngineLoad
 from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 from xpyd_operator.plan.actions import (
     Action,
@@ -39,7 +40,7 @@ from xpyd_operator.plan.actions import (
     VerifyEngine,
 )
 from xpyd_operator.plan.instances import Instance, Step, TransitionKind, parse_instance
-from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
+from xpyd_operator.plan.scaling import PlanInput, plan, prefill_backlog_needed, roles_needing_load
 from xpyd_operator.status import StatusInput, blocked_conditions, compute_status, router_label_problem
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,17 @@ class Reconciler:
             self._report_blocked(body, Reason.INVALID_RECORD, str(error))
             return False
         hashes = {role: render.template_hash(pdd.spec, role) for role in Role}
-        in_flight = self._read_loads(pdd, instances)
+        loads = self._read_loads(pdd, instances)
         actions = plan(
             PlanInput(
                 pdd.name,
                 pdd.spec,
                 instances,
                 hashes,
-                in_flight,
+                {name: load.in_flight for name, load in loads.items()},
                 self.clock(),
                 self.config.max_creates_per_pass,
+                {name: load.finished for name, load in loads.items()},
             )
         )
         for action in actions:
@@ -153,21 +155,25 @@ class Reconciler:
         pods = self.kube.list_instances(pdd.namespace, pdd.name)
         return [i for i in (parse_instance(p) for p in pods) if i is not None]
 
-    def _read_loads(self, pdd: PDDeployment, instances: list[Instance]) -> dict[str, int | None]:
-        """In-flight requests of draining instances and of scale-in candidates (nothing else is read)."""
+    def _read_loads(self, pdd: PDDeployment, instances: list[Instance]) -> dict[str, EngineLoad]:
+        """Loads of draining instances, of scale-in candidates, and of every prefill instance while a
+        decode instance drains behind vllm-router (nothing else is read). Prefill instances are read
+        first: a decode part sent right after their last prefill is then already counted at decode."""
         crowded = roles_needing_load(pdd.spec, instances)
+        backlog = prefill_backlog_needed(pdd.spec, instances)
         wanted = [
             i
             for i in instances
             if (i.transition and i.transition.step is Step.DRAINING)
             or (i.ready and i.transition is None and i.effective_role in crowded)
+            or (backlog and i.role is Role.PREFILL and not i.deleting)
         ]
-        loads: dict[str, int | None] = {}
-        for instance in wanted:
+        loads: dict[str, EngineLoad] = {}
+        for instance in sorted(wanted, key=lambda i: i.role is not Role.PREFILL):
             url = engine_client.metrics_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
             timeout = self.config.engine_timeout_seconds
             loads[instance.name] = (
-                engine_client.read_in_flight(url, pdd.spec.engine.type, timeout) if url else None
+                engine_client.read_load(url, pdd.spec.engine.type, timeout) if url else EngineLoad(None, None)
             )
         return loads
 
@@ -236,11 +242,12 @@ class Reconciler:
             case AdvanceTransition(instance=instance, transition=transition):
                 annotations = {ANNOTATION_TRANSITION: transition.to_json()}
                 self.kube.patch_pod(ns, instance.name, instance.resource_version, annotations=annotations)
-                self._event(
-                    pdd,
-                    Reason.CONVERSION_STEP,
-                    f"{instance.name}: {transition.step} (drain {transition.drain_result})",
-                )
+                if instance.transition is None or instance.transition.step is not transition.step:
+                    self._event(
+                        pdd,
+                        Reason.CONVERSION_STEP,
+                        f"{instance.name}: {transition.step} (drain {transition.drain_result})",
+                    )
             case CancelTransition(instance=instance):
                 self.kube.patch_pod(
                     ns,

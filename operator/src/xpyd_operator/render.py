@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from xpyd_api.models import (
@@ -44,6 +45,10 @@ DEFAULT_SGLANG_BACKEND = "mooncake"
 NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 NIXL_SIDE_CHANNEL_PORT = 5600
+# A deleted pod's engine gets SIGTERM only after this sleep: vllm-router 0.1.17 drops a pod marked for
+# deletion at once (< 1 s measured), so no new request is on its way when the engine starts to stop.
+PRE_STOP_SLEEP_SECONDS = 5
+EXIT_MARGIN_SECONDS = 10
 # SGLang serves /metrics only with --enable-metrics, and its length histograms only with the second.
 SGLANG_METRICS_ARGS = ("--enable-metrics", "--collect-tokens-histogram")
 SGLANG_COMMAND = ("python3", "-m", "sglang.launch_server")
@@ -90,6 +95,7 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
         kv_config = {"kv_connector": spec.vllm_connector, "kv_role": kv_role}
         args = ["--model", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
         args += ["--kv-transfer-config", json.dumps(kv_config, separators=(",", ":"), sort_keys=True)]
+        args += ["--shutdown-timeout", str(shutdown_timeout_seconds(spec))]
         if tensor_parallel > 1:
             args += ["--tensor-parallel-size", str(tensor_parallel)]
         return args
@@ -105,6 +111,17 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
             args.append("--enable-pd-role-switch")
         return args
     return []
+
+
+def shutdown_timeout_seconds(spec: PDDeploymentSpec) -> int:
+    """How long an engine that got SIGTERM keeps serving its in-flight requests (vLLM's
+    `--shutdown-timeout`; 0, its default, aborts them): as long as a drain may take."""
+    return math.ceil(spec.conversion.drain_timeout_seconds)
+
+
+def termination_grace_seconds(spec: PDDeploymentSpec) -> int:
+    """The preStop sleep, the engine's shutdown timeout and a margin for the process to exit."""
+    return PRE_STOP_SLEEP_SECONDS + shutdown_timeout_seconds(spec) + EXIT_MARGIN_SECONDS
 
 
 def _engine_command(spec: PDDeploymentSpec) -> list[str]:
@@ -190,10 +207,13 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(spec.engine.security),
+        # a deleted pod leaves the router's pool within a second; only then does the engine get SIGTERM
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
     }
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec),
         # engines never call the Kubernetes API: no token in the pod for a compromised engine to use
         "automountServiceAccountToken": False,
         "securityContext": pod_security_context(spec.engine.security),

@@ -10,7 +10,7 @@ import dataclasses
 import re
 
 from xpyd_api.errors import InputError
-from xpyd_api.models import EngineType, HardwareSpec, PDDeploymentSpec, RouterType
+from xpyd_api.models import HardwareSpec, PDDeploymentSpec
 from xpyd_api.models import ModelSpec as ApiModelSpec
 from xpyd_controller.model.calibration import Fitted, OnlineCalibration
 from xpyd_controller.model.resolve import resolve_gpu, resolve_link, resolve_model
@@ -83,8 +83,7 @@ def request_flow(spec: PDDeploymentSpec) -> RequestFlow:
     """vllm-router sends a vLLM request to prefill, then to decode with the KV's address (prefill-first);
     sglang-router sends it to both at once and decode pre-allocates its KV (decode-first); otherwise
     the seeds' decode-first, which never under-sizes decode."""
-    vllm_pair = spec.engine.type is EngineType.VLLM and spec.router.type is RouterType.VLLM_ROUTER
-    return "prefill_first" if vllm_pair else "decode_first"
+    return "prefill_first" if spec.decode_sent_after_prefill else "decode_first"
 
 
 def policy_context(spec: PDDeploymentSpec) -> PolicyContext:

@@ -1,7 +1,8 @@
 """`python -m xpyd_controller.standin [vllm serve flags] [--simulate JSON]`: serve one simulated instance.
 
 The flags `vllm serve` takes that matter here are read (`--model`, `--served-model-name`, `--host`,
-`--port`, `--tensor-parallel-size`, `--stream-interval`); every other flag (`--kv-transfer-config`, ...)
+`--port`, `--tensor-parallel-size`, `--stream-interval`, `--shutdown-timeout`: on SIGTERM in-flight
+requests get that long to finish, 0 aborts them, as in vLLM 0.32); every other flag (`--kv-transfer-config`, ...)
 is accepted and ignored, so an instance pod's rendered args run unchanged. The simulated hardware is the
 PDDeployment's: `--simulate '{"model": {...spec.model}, "hardware": {...spec.hardware}}'` or the
 `XPYD_STANDIN_SPEC` environment variable (default: the llama-3.1-8b preset on an h100-sxm over ib-400g).
@@ -41,6 +42,9 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--port", type=int, default=8000)
     parse.add_argument("--tensor-parallel-size", type=int, default=1)
     parse.add_argument("--stream-interval", type=int, default=1, help="tokens per streamed chunk (vLLM's)")
+    parse.add_argument(
+        "--shutdown-timeout", type=float, default=0.0, help="seconds in-flight requests get after SIGTERM"
+    )
     parse.add_argument("--simulate", default=os.environ.get(SPEC_ENV), help=f"JSON; default ${SPEC_ENV}")
     parse.add_argument("--kv-lease-seconds", type=float, default=DEFAULT_KV_LEASE_S)
     return parse
@@ -79,7 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         print(f"standin: {error}", file=sys.stderr)
         return 2
-    web.run_app(engine.app(), host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(
+        engine.app(),
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=max(args.shutdown_timeout, 0.01),  # aiohttp waits without limit on 0
+    )
     return 0
 
 

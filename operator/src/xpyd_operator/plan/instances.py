@@ -50,12 +50,18 @@ class Transition:
     # epoch seconds an HTTP switch was about to be sent: written BEFORE the call, so after a crash the
     # engine is asked for its role before the call is ever repeated
     switch_sent: float | None = None
+    # epoch seconds the draining instance was first seen with 0 in flight (a vLLM prefill instance then
+    # still holds KV for decode to pull: it waits out the lease from here)
+    idle_since: float | None = None
+    # finished-request count each prefill instance must reach before a draining decode instance is idle:
+    # the requests queued at prefill when the router dropped it may still have it as their decode side
+    prefill_backlog: tuple[tuple[str, int], ...] | None = None
 
     def advance(self, step: Step, now: float, drain_result: str | None = None) -> Transition:
         return replace(self, step=step, step_started=now, drain_result=drain_result or self.drain_result)
 
     def to_json(self) -> str:
-        record = {
+        record: dict[str, Any] = {
             "kind": str(self.kind),
             "from": str(self.source),
             "to": str(self.target) if self.target else None,
@@ -66,6 +72,10 @@ class Transition:
         }
         if self.switch_sent is not None:
             record["switchSent"] = self.switch_sent
+        if self.idle_since is not None:
+            record["idleSince"] = self.idle_since
+        if self.prefill_backlog is not None:
+            record["prefillBacklog"] = dict(self.prefill_backlog)
         return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
@@ -74,6 +84,7 @@ class Transition:
         try:
             record = json.loads(text)
             target = record.get("to")
+            backlog = record.get("prefillBacklog")
             return Transition(
                 kind=TransitionKind(record["kind"]),
                 source=Role(record["from"]),
@@ -83,8 +94,14 @@ class Transition:
                 step_started=float(record["stepStarted"]),
                 drain_result=record.get("drainResult"),
                 switch_sent=float(record["switchSent"]) if record.get("switchSent") is not None else None,
+                idle_since=float(record["idleSince"]) if record.get("idleSince") is not None else None,
+                prefill_backlog=(
+                    None
+                    if backlog is None
+                    else tuple(sorted((str(pod), int(count)) for pod, count in backlog.items()))
+                ),
             )
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(
                 f"annotation {ANNOTATION_TRANSITION}={text!r} is not a valid record: {error}"
             ) from None

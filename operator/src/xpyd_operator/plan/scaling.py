@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_api.names import Reason, Role
@@ -27,6 +27,10 @@ from xpyd_operator.plan.actions import (
 from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
 
 DEFAULT_MAX_CREATES_PER_PASS = 8
+# Seconds after serving=false by which the router has dropped the instance from its pool: vllm-router
+# 0.1.17 follows a relabel in 0.3-0.9 s (tests/integration/test_router_events.py). Requests it assigned
+# before that are at a prefill instance by then; the prefill backlog is read after this long.
+ROUTER_FOLLOW_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -38,12 +42,86 @@ class PlanInput:
     in_flight: Mapping[str, int | None] = field(default_factory=dict)  # by pod name; missing = unknown
     now: float = 0.0
     max_creates: int = DEFAULT_MAX_CREATES_PER_PASS  # new instances per pass, both roles together
+    # requests each instance has finished since its engine started (read with in_flight where needed)
+    finished: Mapping[str, int | None] = field(default_factory=dict)
 
 
 def victim_order(instance: Instance, in_flight: Mapping[str, int | None]) -> tuple[bool, float, float]:
     """Sort key for instances to give up: unready first, then least loaded (unknown load last), then newest."""
     load = in_flight.get(instance.name)
     return (instance.ready, math.inf if load is None else float(load), -instance.created)
+
+
+def prefill_backlog_needed(spec: PDDeploymentSpec, instances: Sequence[Instance]) -> bool:
+    """True when a decode instance drains behind a router that sends decode after prefill: the shell
+    then reads every prefill instance's in-flight and finished counts too."""
+    return spec.decode_sent_after_prefill and any(
+        i.role is Role.DECODE and i.transition is not None and i.transition.step is Step.DRAINING
+        for i in instances
+    )
+
+
+def _prefill_backlog(inp: PlanInput) -> tuple[tuple[str, int], ...] | None:
+    """What each prefill instance must have finished for its current requests to be done, or None while
+    any reading is missing."""
+    backlog = []
+    for instance in inp.instances:
+        if instance.role is not Role.PREFILL or instance.deleting or instance.failed:
+            continue
+        running, finished = inp.in_flight.get(instance.name), inp.finished.get(instance.name)
+        if running is None or finished is None:
+            return None
+        if running:
+            backlog.append((instance.name, finished + running))
+    return tuple(sorted(backlog))
+
+
+def _backlog_done(inp: PlanInput, backlog: tuple[tuple[str, int], ...]) -> bool:
+    """Every recorded prefill instance is gone, idle, or has finished as many requests as it had then."""
+    present = {i.name for i in inp.instances if not (i.deleting or i.failed)}
+    for pod, target in backlog:
+        if pod not in present or inp.in_flight.get(pod) == 0:
+            continue
+        finished = inp.finished.get(pod)
+        if finished is None or finished < target:
+            return False
+    return True
+
+
+def _drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> Transition | str | None:
+    """One look at a draining instance: "idle" or "timeout" when drained, a record to write when the
+    drain learnt something (idle since, the prefill backlog), None to wait.
+
+    Idle means: no request in the engine; for a vLLM prefill instance, the KV lease over since then (a
+    decode instance may still pull); for a decode instance behind vllm-router, no request left at a
+    prefill instance that the router had already given this decode instance.
+    """
+    spec = inp.spec
+    if inp.now - transition.step_started >= spec.conversion.drain_timeout_seconds:
+        return "timeout"
+    if (
+        instance.role is Role.DECODE
+        and spec.decode_sent_after_prefill
+        and transition.prefill_backlog is None
+        and inp.now - transition.step_started >= ROUTER_FOLLOW_SECONDS
+    ):
+        recorded = _prefill_backlog(inp)
+        return None if recorded is None else replace(transition, prefill_backlog=recorded)
+    if inp.in_flight.get(instance.name) != 0:
+        return replace(transition, idle_since=None) if transition.idle_since is not None else None
+    if instance.role is Role.PREFILL and spec.prefill_holds_kv:
+        if transition.idle_since is None:
+            return replace(transition, idle_since=inp.now)
+        if inp.now - transition.idle_since < spec.conversion.kv_lease_seconds:
+            return None
+    backlog = transition.prefill_backlog
+    if (
+        instance.role is Role.DECODE
+        and spec.decode_sent_after_prefill
+        and (backlog is None or not _backlog_done(inp, backlog))
+    ):
+        return None
+    return "idle"
 
 
 def roles_needing_load(spec: PDDeploymentSpec, instances: Sequence[Instance]) -> set[Role]:
@@ -60,13 +138,11 @@ def _transition_actions(inp: PlanInput, instance: Instance) -> list[Action]:
     if transition is None or instance.deleting or instance.failed:
         return []
     if transition.step is Step.DRAINING:
-        in_flight = inp.in_flight.get(instance.name)
-        if in_flight == 0:
-            result = "idle"
-        elif inp.now - transition.step_started >= inp.spec.conversion.drain_timeout_seconds:
-            result = "timeout"
-        else:
+        result = _drain_step(inp, instance, transition)
+        if result is None:
             return []
+        if isinstance(result, Transition):
+            return [AdvanceTransition(instance, result)]
         if transition.kind is TransitionKind.REMOVE:
             return [DeleteInstance(instance, f"drained ({result})")]
         return [AdvanceTransition(instance, transition.advance(Step.SWITCHING, inp.now, result))]
