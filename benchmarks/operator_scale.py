@@ -46,7 +46,7 @@ def pdd(
         "spec": {
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
             "engine": {"image": "vllm/vllm-openai:v0.11.0"},
-            "router": {"image": "ghcr.io/vllm-project/vllm-router:latest"} if router else {"type": "none"},
+            "router": {"image": "ghcr.io/xpyd/vllm-router:0.1.17"} if router else {"type": "none"},
             "prefill": {"replicas": prefill},
             "decode": {"replicas": decode},
             "conversion": {"drainTimeoutSeconds": drain},

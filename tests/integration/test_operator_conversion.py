@@ -6,6 +6,7 @@ The engines are `EngineStub` endpoints; their in-flight counts hold a drain open
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -62,10 +63,37 @@ def start_pdd(
 def test_convert_decode_to_prefill_and_back(
     kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
 ) -> None:
+    """Both ways, with what the drain must wait for behind vllm-router: decode -> prefill only once the
+    requests queued at prefill when it left the pool are done (they may still have it as their decode
+    side); prefill -> decode only the KV lease after it went idle (decode may still pull)."""
     start_operator()
-    before = start_pdd(kube_cluster, namespace, "conv", engines, in_flight=0)
+    lease = 6.0
+    before = start_pdd(
+        kube_cluster, namespace, "conv", engines, in_flight=0, conversion={"kvLeaseSeconds": lease}
+    )
+    prefill = next(
+        n for n, r in roles(instance_pods(kube_cluster, namespace, "conv")).items() if r == "prefill"
+    )
+    engines.set_in_flight(prefill, 3)
+    engines.set_finished(prefill, 10)
 
     patch_spec(kube_cluster, namespace, "conv", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}})
+
+    def backlog() -> dict[str, int] | None:
+        for pod in instance_pods(kube_cluster, namespace, "conv"):
+            record = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_TRANSITION)
+            if record and json.loads(record).get("prefillBacklog") is not None:
+                return dict(json.loads(record)["prefillBacklog"])
+        return None
+
+    wait_until(
+        lambda: backlog() is not None, 60, "the draining decode instance to record the prefill backlog"
+    )
+    assert backlog() == {prefill: 13}
+    engines.set_finished(prefill, 12)
+    time.sleep(3)
+    assert not settled(kube_cluster, namespace, "conv", 2, 1), "switched while prefill held its requests"
+    engines.set_finished(prefill, 13)  # the prefill's queued requests are done (it is busy with new ones)
     wait_until(lambda: settled(kube_cluster, namespace, "conv", 2, 1), 60, "decode->prefill conversion")
     pods = instance_pods(kube_cluster, namespace, "conv")
     assert placement(pods) == before, "a conversion must keep the same pods on the same nodes"
@@ -74,8 +102,11 @@ def test_convert_decode_to_prefill_and_back(
     assert converted[0]["metadata"]["labels"]["xpyd.dev/serving"] == "true"
     wait_ready(kube_cluster, namespace, "conv")
 
+    engines.set_in_flight(prefill, 0)
+    started = time.monotonic()
     patch_spec(kube_cluster, namespace, "conv", {"prefill": {"replicas": 1}, "decode": {"replicas": 2}})
     wait_until(lambda: settled(kube_cluster, namespace, "conv", 1, 2), 60, "prefill->decode conversion")
+    assert time.monotonic() - started >= lease, "a prefill instance switched within its KV lease"
     pods = instance_pods(kube_cluster, namespace, "conv")
     assert placement(pods) == before
     assert sum(conversions(p) for p in pods) == 2

@@ -77,7 +77,9 @@ def test_scale_up_then_down_keeps_the_busiest(
     kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
 ) -> None:
     start_operator()
-    apply(kube_cluster, namespace, manifest("scale", conversion={"drainTimeoutSeconds": 30}))
+    # a 1 s KV lease: the busiest-kept rule is the subject here (the lease: test_operator_conversion)
+    conversion = {"drainTimeoutSeconds": 30, "kvLeaseSeconds": 1}
+    apply(kube_cluster, namespace, manifest("scale", conversion=conversion))
     wait_ready(kube_cluster, namespace, "scale")
     patch_spec(kube_cluster, namespace, "scale", {"prefill": {"replicas": 3}})
     pdd = wait_ready(kube_cluster, namespace, "scale")

@@ -94,6 +94,17 @@ def test_four_samples_cover_minimal_vllm_sglang_and_autoscaling() -> None:
     assert {"vllm", "sglang"} <= {str(e) for e in engines}
 
 
+@pytest.mark.parametrize("sample", SAMPLES, ids=[p.stem for p in SAMPLES])
+def test_sample_router_images_are_pinned_to_the_measured_versions(sample: Path) -> None:
+    """The router decides whether a relabel is a switch, and versions differ (docs/operator.md)."""
+    router = PDDeploymentSpec.model_validate(yaml.safe_load(sample.read_text())["spec"]).router
+    measured = {
+        "vllm-router": "ghcr.io/xpyd/vllm-router:0.1.17",
+        "sglang-router": "lmsysorg/sglang-router:v0.3.2",
+    }
+    assert router.image == measured[str(router.type)]
+
+
 def test_docs_reference_lists_every_field() -> None:
     docs = (ROOT / "docs" / "operator.md").read_text()
     # list items are described by their list's row; the roots by the section headings; the core/v1

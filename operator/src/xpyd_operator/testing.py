@@ -21,10 +21,12 @@ from typing import Any
 
 
 class EngineStub:
-    """Simulated engine endpoints for many pods; in-flight counts and roles are set by the test."""
+    """Simulated engine endpoints for many pods; in-flight and finished counts and roles are set by the
+    test."""
 
     def __init__(self) -> None:
         self.in_flight: dict[str, int] = {}
+        self.finished: dict[str, int] = {}
         self.roles: dict[str, str] = {}
         self.switch_calls: list[tuple[str, str]] = []
         self._lock = threading.Lock()
@@ -35,9 +37,10 @@ class EngineStub:
                 pod, _, endpoint = self.path.strip("/").partition("/")
                 with stub._lock:
                     if endpoint == "metrics":
-                        n = stub.in_flight.get(pod, 0)
+                        n, done = stub.in_flight.get(pod, 0), stub.finished.get(pod, 0)
                         text = (  # both engines' gauge names, so one stub serves vLLM and SGLang pods
                             f"vllm:num_requests_running {n}\nvllm:num_requests_waiting 0\n"
+                            f"vllm:request_prompt_tokens_count {done}\n"
                             f"sglang:num_running_reqs {n}\nsglang:num_queue_reqs 0\n"
                         )
                         self._reply(200, text.encode())
@@ -74,6 +77,10 @@ class EngineStub:
     def set_in_flight(self, pod: str, count: int) -> None:
         with self._lock:
             self.in_flight[pod] = count
+
+    def set_finished(self, pod: str, count: int) -> None:
+        with self._lock:
+            self.finished[pod] = count
 
     def __enter__(self) -> EngineStub:
         self._thread.start()
