@@ -47,6 +47,7 @@ def test_api_server_applies_defaults(kube_cluster: LocalCluster, namespace: str)
     assert spec["conversion"] == {
         "enabled": True,
         "drainTimeoutSeconds": 60,
+        "kvLeaseSeconds": 30,
         "switchMethod": "Auto",
         "switchPath": "/pd_role_switch",
     }
