@@ -100,7 +100,8 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
             "prefill": pool,
             "decode": pool,
             "router": {"image": "ghcr.io/vllm-project/vllm-router:latest"},
-            "conversion": {"enabled": True, "drainTimeoutSeconds": 20},
+            # kvLeaseSeconds 0: the in-process fleet's instances hold no KV for another to pull
+            "conversion": {"enabled": True, "drainTimeoutSeconds": 20, "kvLeaseSeconds": 0},
             "autoscaling": {
                 "mode": "Auto",
                 "intervalSeconds": settings.interval_s,
