@@ -55,5 +55,5 @@ def make_instance(
     )
 
 
-def convert(source: Role, step: Step = Step.DRAINING, since: float = NOW - 1) -> Transition:
+def convert(source: Role, step: Step = Step.DRAINING, since: float = NOW - 10) -> Transition:
     return Transition(TransitionKind.CONVERT, source, source.other, step, since, since)

@@ -23,7 +23,7 @@ from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionK
 from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
 
 
-def removal(source: Role, since: float = NOW - 1) -> Transition:
+def removal(source: Role, since: float = NOW - 10) -> Transition:
     return Transition(TransitionKind.REMOVE, source, None, Step.DRAINING, since, since)
 
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from xpyd_api.models import PDDeploymentSpec
+from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import Reason, Role
 from xpyd_operator.plan.actions import (
     Action,
@@ -28,9 +28,11 @@ from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionK
 
 DEFAULT_MAX_CREATES_PER_PASS = 8
 # Seconds after serving=false by which the router has dropped the instance from its pool: vllm-router
-# 0.1.17 follows a relabel in 0.3-0.9 s (tests/integration/test_router_events.py). Requests it assigned
-# before that are at a prefill instance by then; the prefill backlog is read after this long.
-ROUTER_FOLLOW_SECONDS = 2.0
+# 0.1.17 follows a relabel in 0.3-0.9 s when lightly loaded (tests/integration/test_router_events.py)
+# and took up to 3.5 s under the e2e demo's load on 2 busy cores. Until then it may still send the
+# instance new requests, so no drain ends sooner; the requests it assigned before then are at a prefill
+# instance by this time, so the prefill backlog is read now.
+ROUTER_FOLLOW_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -92,19 +94,16 @@ def _drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> T
     """One look at a draining instance: "idle" or "timeout" when drained, a record to write when the
     drain learnt something (idle since, the prefill backlog), None to wait.
 
-    Idle means: no request in the engine; for a vLLM prefill instance, the KV lease over since then (a
+    Idle means: the router has had time to drop it (ROUTER_FOLLOW_SECONDS); no request in the engine; for a vLLM prefill instance, the KV lease over since then (a
     decode instance may still pull); for a decode instance behind vllm-router, no request left at a
     prefill instance that the router had already given this decode instance.
     """
     spec = inp.spec
     if inp.now - transition.step_started >= spec.conversion.drain_timeout_seconds:
         return "timeout"
-    if (
-        instance.role is Role.DECODE
-        and spec.decode_sent_after_prefill
-        and transition.prefill_backlog is None
-        and inp.now - transition.step_started >= ROUTER_FOLLOW_SECONDS
-    ):
+    if spec.router.type is not RouterType.NONE and inp.now - transition.step_started < ROUTER_FOLLOW_SECONDS:
+        return None
+    if instance.role is Role.DECODE and spec.decode_sent_after_prefill and transition.prefill_backlog is None:
         recorded = _prefill_backlog(inp)
         return None if recorded is None else replace(transition, prefill_backlog=recorded)
     if inp.in_flight.get(instance.name) != 0:
