@@ -442,14 +442,20 @@ def _kind_cluster(name: str) -> Iterator[LocalCluster]:
         cluster.dump_logs()
         raise
     finally:
-        subprocess.run(
+        deleted = subprocess.run(
             [kind, "delete", "cluster", "--name", name, "--kubeconfig", str(kubeconfig)],
             capture_output=True,
+            text=True,
             env=env,
             timeout=300,
             check=False,
         )
         shutil.rmtree(workdir, ignore_errors=True)
+        clusters = subprocess.run(
+            [kind, "get", "clusters"], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+        if name in clusters.stdout.split():
+            raise ClusterError(f"kind cluster {name} is still there after `kind delete`: {deleted.stderr}")
 
 
 def _existing_cluster() -> LocalCluster:
