@@ -87,6 +87,32 @@ def autoscaler(cluster: LocalCluster, namespace: str, name: str) -> dict[str, An
     return status
 
 
+def scraped(
+    prometheus_factory: Callable[[dict[str, Any]], PrometheusServer],
+    namespace: str,
+    name: str,
+    exporters: tuple[str, str],
+) -> PrometheusServer:
+    """A real Prometheus scraping the (prefill, decode) exporters with the labels a PodMonitor's
+    relabelling gives PDDeployment `name`'s pods, once it scrapes both."""
+    labels = {"namespace": namespace, "pdd": name}
+    prefill, decode = exporters
+    prom = prometheus_factory(
+        labelled_scrape_config({prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}})
+    )
+    wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+    return prom
+
+
+def apply_with_full_window(
+    cluster: LocalCluster, namespace: str, body: dict[str, Any], prom: PrometheusServer, traffic: Traffic
+) -> None:
+    """Apply the PDDeployment, wait until it is Ready and Prometheus holds a full rate window."""
+    apply(cluster, namespace, body)
+    wait_ready(cluster, namespace, body["metadata"]["name"])
+    wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+
+
 def test_auto_scales_from_prometheus_and_holds_when_it_goes_away(
     kube_cluster: LocalCluster,
     namespace: str,
@@ -96,17 +122,9 @@ def test_auto_scales_from_prometheus_and_holds_when_it_goes_away(
 ) -> None:
     traffic = Traffic()
     with engine_exporter("prefill", traffic) as prefill, engine_exporter("decode", traffic) as decode:
-        labels = {"namespace": namespace, "pdd": "web"}
-        prom = prometheus_factory(
-            labelled_scrape_config(
-                {prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}}
-            )
-        )
-        wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+        prom = scraped(prometheus_factory, namespace, "web", (prefill, decode))
         start_operator()
-        apply(kube_cluster, namespace, autoscaled("web", prom.url))
-        wait_ready(kube_cluster, namespace, "web")
-        wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+        apply_with_full_window(kube_cluster, namespace, autoscaled("web", prom.url), prom, traffic)
         port = free_port()
         start_controller("--no-leader-elect", "--metrics-port", str(port))
 
@@ -263,17 +281,9 @@ def test_two_controllers_without_a_lease_say_so_and_only_one_decides(
     would write its own every interval), and the other takes over when the first one is gone."""
     traffic = Traffic()
     with engine_exporter("prefill", traffic) as prefill, engine_exporter("decode", traffic) as decode:
-        labels = {"namespace": namespace, "pdd": "twice"}
-        prom = prometheus_factory(
-            labelled_scrape_config(
-                {prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}}
-            )
-        )
-        wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+        prom = scraped(prometheus_factory, namespace, "twice", (prefill, decode))
         start_operator()
-        apply(kube_cluster, namespace, autoscaled("twice", prom.url))
-        wait_ready(kube_cluster, namespace, "twice")
-        wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+        apply_with_full_window(kube_cluster, namespace, autoscaled("twice", prom.url), prom, traffic)
 
         def start(identity: str, policy: str) -> ControllerProcess:
             args = ["--no-leader-elect", "--identity", identity, "--policy", policy, "--metrics-port", "0"]
@@ -346,20 +356,12 @@ def test_absurd_and_non_finite_metrics_never_shrink_a_pool_nor_break_its_status(
         engine_exporter("prefill", traffic, prefill_garbage) as prefill,
         engine_exporter("decode", traffic, decode_garbage) as decode,
     ):
-        labels = {"namespace": namespace, "pdd": "garbled"}
-        prom = prometheus_factory(
-            labelled_scrape_config(
-                {prefill: {**labels, "role": "prefill"}, decode: {**labels, "role": "decode"}}
-            )
-        )
-        wait_until(lambda: prom.targets_up() == 2, 60, "Prometheus scraping both exporters")
+        prom = scraped(prometheus_factory, namespace, "garbled", (prefill, decode))
         start_operator()
         body = autoscaled("garbled", prom.url)
         body["spec"]["prefill"]["replicas"], body["spec"]["decode"]["replicas"] = 6, 8
         body["spec"]["autoscaling"]["scaleDownWindowSeconds"] = 0
-        apply(kube_cluster, namespace, body)
-        wait_ready(kube_cluster, namespace, "garbled")
-        wait_until(lambda: window_filled(prom, traffic.rate), 30, "a full rate window of samples")
+        apply_with_full_window(kube_cluster, namespace, body, prom, traffic)
         start_controller("--no-leader-elect", "--metrics-port", "0")
         wait_until(
             lambda: bool(autoscaler(kube_cluster, namespace, "garbled").get("lastDecisionTime")),
