@@ -60,20 +60,9 @@ class DampedTrend:
 
 
 def dynamo_predictors() -> dict[str, Callable[[], object]]:
-    real_dynamo.require()
-    from dynamo.planner.config.planner_config import PlannerConfig
+    config = real_dynamo.planner_config()
     from dynamo.planner.core.load.predictors import ARIMAPredictor, ConstantPredictor, KalmanPredictor
 
-    config = PlannerConfig(
-        environment="virtual",
-        namespace="xpyd-bench",
-        backend="vllm",
-        mode="disagg",
-        pre_deployment_sweeping_mode="none",
-        metric_reporting_prometheus_port=0,
-        control_api_port=0,
-        live_dashboard_port=0,
-    )
     return {
         "Dynamo 1.6.1 constant": lambda: ConstantPredictor(config),
         "Dynamo 1.6.1 ARIMA (its default)": lambda: ARIMAPredictor(config),

@@ -214,13 +214,31 @@ def _settled(observation: Observation, role: str) -> bool:
     return pool.starting == 0 and pool.draining == 0
 
 
+def planner_config(**settings: Any) -> Any:
+    """Dynamo's PlannerConfig for a virtual (in-process, offline) disaggregated vLLM deployment, with no
+    Prometheus, control API or dashboard port opened; `settings` add the run's own choices."""
+    require()
+    from dynamo.planner.config.planner_config import PlannerConfig
+
+    return PlannerConfig(
+        environment="virtual",
+        namespace="xpyd-bench",
+        backend="vllm",
+        mode="disagg",
+        pre_deployment_sweeping_mode="none",
+        metric_reporting_prometheus_port=0,
+        control_api_port=0,
+        live_dashboard_port=0,
+        **settings,
+    )
+
+
 def make_real_dynamo(name: str, config: SimConfig, limits: Limits) -> RealDynamoPlanner:
     """Dynamo's planner for one simulated run; `name` picks the load predictor."""
     if name not in NAMES:
         raise ValueError(f"unknown real-Dynamo policy {name!r}; known: {', '.join(NAMES)}")
     require()
     from aisimulate_core.sdk import RooflineDeployment, use_roofline
-    from dynamo.planner.config.planner_config import PlannerConfig
     from dynamo.planner.core.types import EngineCapabilities, WorkerCapabilities
     from dynamo.planner.plugins.clock import VirtualClock
     from dynamo.planner.plugins.orchestrator.engine_adapter import OrchestratorEngineAdapter
@@ -237,13 +255,8 @@ def make_real_dynamo(name: str, config: SimConfig, limits: Limits) -> RealDynamo
         if limits.gpu_budget is not None
         else width * (limits.prefill_max + limits.decode_max)
     )
-    planner_config = PlannerConfig(
-        environment="virtual",
-        namespace="xpyd-bench",
-        backend="vllm",
-        mode="disagg",
+    settings = planner_config(
         optimization_target="sla",
-        pre_deployment_sweeping_mode="none",
         enable_throughput_scaling=True,
         enable_load_scaling=False,
         load_predictor=name.removeprefix(POLICY_PREFIX),
@@ -254,9 +267,6 @@ def make_real_dynamo(name: str, config: SimConfig, limits: Limits) -> RealDynamo
         max_gpu_budget=budget,
         prefill_min_endpoint=limits.prefill_min,
         decode_min_endpoint=limits.decode_min,
-        metric_reporting_prometheus_port=0,
-        control_api_port=0,
-        live_dashboard_port=0,
         # Dynamo abandons a pipeline tick that takes 30 s of wall time (auto_arima can, on a loaded
         # machine) and then loses its traffic window: a benchmark judges decisions, not host speed.
         scheduling={"tick_max_duration_seconds": 3600.0},
@@ -265,7 +275,7 @@ def make_real_dynamo(name: str, config: SimConfig, limits: Limits) -> RealDynamo
     kv_tokens = max(1, int(free_hbm / hw.model.kv_bytes_per_token))
     capabilities = EngineCapabilities(num_gpu=width, max_kv_tokens=kv_tokens)
     engine = OrchestratorEngineAdapter(
-        planner_config, WorkerCapabilities(prefill=capabilities, decode=capabilities), clock=VirtualClock()
+        settings, WorkerCapabilities(prefill=capabilities, decode=capabilities), clock=VirtualClock()
     )
     loop = asyncio.new_event_loop()
     loop.run_until_complete(engine.bootstrap_plugins(historical_traffic=None))
