@@ -94,9 +94,10 @@ def _drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> T
     """One look at a draining instance: "idle" or "timeout" when drained, a record to write when the
     drain learnt something (idle since, the prefill backlog), None to wait.
 
-    Idle means: the router has had time to drop it (ROUTER_FOLLOW_SECONDS); no request in the engine; for a vLLM prefill instance, the KV lease over since then (a
-    decode instance may still pull); for a decode instance behind vllm-router, no request left at a
-    prefill instance that the router had already given this decode instance.
+    Idle means: the router has had time to drop it (ROUTER_FOLLOW_SECONDS); no request in the engine;
+    for a vLLM prefill instance, the KV lease over since then (a decode instance may still pull); for a
+    decode instance behind vllm-router, no request left at a prefill instance that the router had
+    already given this decode instance.
     """
     spec = inp.spec
     if inp.now - transition.step_started >= spec.conversion.drain_timeout_seconds:
