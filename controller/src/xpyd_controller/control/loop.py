@@ -325,6 +325,7 @@ class Controller:
             note = "; ".join(
                 filter(None, (note, "implausible values treated as missing: " + ", ".join(discarded)))
             )
+        stated_gpu = gpu_spec(spec.hardware)
         record = DecisionRecord(
             observation=observation,
             decision=decision,
@@ -348,8 +349,8 @@ class Controller:
             decider=self.settings.identity,
             calibration=calibration_report(
                 tracked.calibration,
-                tracked.gpu_in_use or gpu_spec(spec.hardware),
-                gpu_spec(spec.hardware),
+                tracked.gpu_in_use or stated_gpu,
+                stated_gpu,
                 spec.hardware,
             ),
         )
