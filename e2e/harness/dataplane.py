@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from e2e.harness.procs import kill_pid, wait_until
+from xpyd_api.engines import STANDIN_MODULE
 
 VENV_BIN = Path(sys.executable).parent
 ROUTER_BINARY = VENV_BIN / "vllm-router"  # from the dev extra (PyPI vllm-router, pinned in pyproject)
-STANDIN_MODULE = "xpyd_controller.standin"
 
 
 @dataclass

@@ -29,10 +29,11 @@ from e2e.harness.dataplane import answers
 from e2e.harness.procs import free_port, pid_alive, wait_until
 from e2e.harness.prometheus import PrometheusServer, start_prometheus
 from e2e.harness.vllm_engine import ContainerProcess, container_process, vllm_env_dir
-from xpyd_api.models import EngineType, PDDeployment, RouterType, parse_pdd
+from xpyd_api.engines import ENGINES, EngineType
+from xpyd_api.models import PDDeployment, RouterType, parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.metrics.prometheus import PrometheusSource
-from xpyd_controller.metrics.promql import ENGINE_METRICS, ROUTER_METRICS, Scope, build_queries
+from xpyd_controller.metrics.promql import ROUTER_METRICS, Scope, build_queries
 from xpyd_operator import engine_client, render
 
 NAMESPACE, PDD_NAME = "realvllm", "tiny"
@@ -489,7 +490,7 @@ def real_stack(log_dir: Path) -> Iterator[RealStack]:
         scope = Scope(NAMESPACE, PDD_NAME, window_s)
         source = PrometheusSource(prometheus.url)
         queries = build_queries(
-            ENGINE_METRICS[EngineType.VLLM], scope, ROUTER_METRICS[RouterType.VLLM_ROUTER]
+            ENGINES[EngineType.VLLM].metrics, scope, ROUTER_METRICS[RouterType.VLLM_ROUTER]
         )
         controller_answers = {str(signal): value for signal, value in source.query_all(queries).items()}
         legs = ttft_legs(source, scope)

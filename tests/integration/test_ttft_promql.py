@@ -18,8 +18,9 @@ from e2e.harness.loopback import exposition_handler, loopback_server
 from e2e.harness.procs import wait_until
 from e2e.harness.prometheus import start_prometheus
 
+from xpyd_api.engines import VLLM_METRICS as VLLM
 from xpyd_controller.metrics.prometheus import PrometheusSource
-from xpyd_controller.metrics.promql import VLLM, VLLM_ROUTER, Scope, Signal, build_queries
+from xpyd_controller.metrics.promql import VLLM_ROUTER, Scope, Signal, build_queries
 
 pytestmark = pytest.mark.prometheus
 

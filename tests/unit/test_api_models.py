@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from xpyd_api.models import EngineType, PDDSpecError, SwitchMethod, parse_pdd
+from xpyd_api.engines import EngineType
+from xpyd_api.models import PDDSpecError, SwitchMethod, parse_pdd
 from xpyd_api.names import Role
 
 

@@ -6,11 +6,10 @@ import re
 
 import pytest
 
-from xpyd_api.models import EngineType
+from xpyd_api.engines import ENGINES, EngineType
+from xpyd_api.engines import SGLANG_METRICS as SGLANG
+from xpyd_api.engines import VLLM_METRICS as VLLM
 from xpyd_controller.metrics.promql import (
-    ENGINE_METRICS,
-    SGLANG,
-    VLLM,
     VLLM_ROUTER,
     LabelNames,
     RouterMetrics,
@@ -148,7 +147,7 @@ def test_sglang_length_histograms_are_read() -> None:
     ("engine", "names"), [(EngineType.VLLM, VLLM), (EngineType.SGLANG, SGLANG), (EngineType.CUSTOM, VLLM)]
 )
 def test_every_engine_type_has_names(engine: EngineType, names: object) -> None:
-    assert ENGINE_METRICS[engine] is names
+    assert ENGINES[engine].metrics is names
 
 
 def test_arrivals_come_from_the_router_first() -> None:

@@ -12,7 +12,7 @@ import yaml
 from prometheus_client.metrics_core import Metric
 from tests.helm_chart import CHART_DIR, ROOT, default_values, leaf_values, value_comments
 
-from xpyd_controller.metrics.promql import VLLM
+from xpyd_api.engines import VLLM_METRICS as VLLM
 from xpyd_controller.telemetry import PrometheusTelemetry
 
 DOCS_PATH = ROOT / "docs" / "helm.md"

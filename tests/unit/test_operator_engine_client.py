@@ -12,12 +12,12 @@ import pytest
 from e2e.harness.loopback import loopback_server
 from tests.unit.operator_builders import D, make_instance
 
-from xpyd_api.models import EngineType
+from xpyd_api.engines import ENGINES, EngineType
 from xpyd_api.names import Role
 from xpyd_operator import engine_client
 
-VLLM = engine_client.IN_FLIGHT_METRICS[EngineType.VLLM]
-CUSTOM = engine_client.IN_FLIGHT_METRICS[EngineType.CUSTOM]
+VLLM = ENGINES[EngineType.VLLM].in_flight
+CUSTOM = ENGINES[EngineType.CUSTOM].in_flight
 
 PARSE_CASES = [
     ("vllm:num_requests_running 3\nvllm:num_requests_waiting 2\n", VLLM, 5),
@@ -142,4 +142,4 @@ def test_metrics_url_precedence(
     metrics: str | None, engine: str | None, probe: bool, expected: str | None
 ) -> None:
     instance = replace(make_instance("x-1", D), metrics_url=metrics, engine_url=engine, pod_ip="10.0.0.5")
-    assert engine_client.metrics_url(instance, 8000, probe) == expected
+    assert engine_client.metrics_url(instance, EngineType.VLLM, 8000, probe) == expected

@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from xpyd_api.engines import NIXL_CONNECTOR, ROLE_SWITCH, EngineType
 from xpyd_api.errors import InputError
 from xpyd_api.names import Role
 
-NIXL_CONNECTOR = "NixlConnector"
 # vLLM kv_connector -> vllm-router's `--kv-connector` (the connectors the router's PD mode speaks).
 VLLM_ROUTER_KV_CONNECTORS = {
     NIXL_CONNECTOR: "nixl",
@@ -33,12 +33,6 @@ class PDDSpecError(InputError):
 
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore")
-
-
-class EngineType(StrEnum):
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    CUSTOM = "custom"
 
 
 class RouterType(StrEnum):
@@ -191,7 +185,7 @@ class ConversionSpec(_Model):
     # goes only this long after its last request ended (within drainTimeoutSeconds).
     kv_lease_seconds: float = Field(default=30.0, ge=0, le=3600)
     switch_method: SwitchMethod = SwitchMethod.AUTO
-    switch_path: str = Field(default="/pd_role_switch", pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path
+    switch_path: str = Field(default=ROLE_SWITCH.path, pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path
 
 
 class RolloutSpec(_Model):

@@ -14,27 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xpyd_api.models import EngineType
+from xpyd_api.engines import ENGINES, ROLE_SWITCH, EngineType
 from xpyd_api.names import Role
 from xpyd_operator.plan.instances import Instance
-
-# Gauges whose sum is an instance's in-flight requests (running + queued), per engine.
-IN_FLIGHT_METRICS: dict[EngineType, tuple[tuple[str, str], ...]] = {
-    EngineType.VLLM: (("vllm:num_requests_running", "vllm:num_requests_waiting"),),
-    EngineType.SGLANG: (("sglang:num_running_reqs", "sglang:num_queue_reqs"),),
-    EngineType.CUSTOM: (
-        ("vllm:num_requests_running", "vllm:num_requests_waiting"),
-        ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
-    ),
-}
-
-# Counters of the requests an instance has finished, per engine: vLLM observes a request's prompt
-# length when it finishes, so the histogram's count is its finished requests (prefill parts included).
-FINISHED_METRICS: dict[EngineType, tuple[tuple[str], ...]] = {
-    EngineType.VLLM: (("vllm:request_prompt_tokens_count",),),
-    EngineType.SGLANG: (),
-    EngineType.CUSTOM: (("vllm:request_prompt_tokens_count",),),
-}
 
 
 @dataclass(frozen=True)
@@ -43,10 +25,6 @@ class EngineLoad:
 
     in_flight: int | None
     finished: int | None
-
-
-# Settings SGLang's /pd_role_switch needs to switch a prefill-launched engine to decode.
-DECODE_GRAPH_KEYS = ("decode_cuda_graph_memory_gb", "decode_cuda_graph_bs")
 
 
 class EngineError(RuntimeError):
@@ -99,18 +77,18 @@ def base_url(instance: Instance, port: int, probe_pod_ip: bool) -> str | None:
     return None
 
 
-def metrics_url(instance: Instance, port: int, probe_pod_ip: bool) -> str | None:
+def metrics_url(instance: Instance, engine: EngineType, port: int, probe_pod_ip: bool) -> str | None:
     if instance.metrics_url:
         return instance.metrics_url
     base = base_url(instance, port, probe_pod_ip)
-    return f"{base}/metrics" if base else None
+    return f"{base}{ENGINES[engine].endpoints.metrics}" if base else None
 
 
 def parse_load(text: str, engine: EngineType) -> EngineLoad:
     values = _values(text)
     return EngineLoad(
-        _first_family_sum(values, IN_FLIGHT_METRICS[engine]),
-        _first_family_sum(values, FINISHED_METRICS[engine]),
+        _first_family_sum(values, ENGINES[engine].in_flight),
+        _first_family_sum(values, ENGINES[engine].finished),
     )
 
 
@@ -130,9 +108,10 @@ def read_in_flight(url: str, engine: EngineType, timeout: float) -> int | None:
 
 
 def switch_role(url: str, target: Role, timeout: float, settings: Mapping[str, Any] | None = None) -> None:
-    """POST the engine's role-switch endpoint: SGLang's `/pd_role_switch` takes `new_role`, plus (to
-    decode) the decode graph settings a prefill-launched engine must reserve; HTTP 400 names why."""
-    body = json.dumps({"new_role": str(target), **(settings or {})}).encode()
+    """POST the engine's role-switch endpoint (engines.ROLE_SWITCH: SGLang's `/pd_role_switch` takes
+    `new_role`), plus (to decode) the decode graph settings a prefill-launched engine must reserve;
+    HTTP 400 names why."""
+    body = json.dumps({ROLE_SWITCH.role_field: str(target), **(settings or {})}).encode()
     request = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
@@ -140,37 +119,40 @@ def switch_role(url: str, target: Role, timeout: float, settings: Mapping[str, A
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
     except urllib.error.HTTPError as error:
-        raise EngineError(f"POST {url} new_role={target}: HTTP {error.code} {error.read()[:200]!r}") from None
+        raise EngineError(
+            f"POST {url} {ROLE_SWITCH.role_field}={target}: HTTP {error.code} {error.read()[:200]!r}"
+        ) from None
     except (urllib.error.URLError, OSError) as error:
-        raise EngineError(f"POST {url} new_role={target}: {error}") from None
+        raise EngineError(f"POST {url} {ROLE_SWITCH.role_field}={target}: {error}") from None
 
 
 def _internal_states(url: str, timeout: float) -> list[dict[str, Any]] | None:
-    """SGLang's live per-scheduler state (`/server_info` → `internal_states`; the top level holds the
-    launch arguments, which a role switch does not change), or None when unreadable."""
+    """The engine's live per-scheduler state (engines.ROLE_SWITCH: SGLang's `/server_info` →
+    `internal_states`), or None when unreadable."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             info = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    states = info.get("internal_states") if isinstance(info, dict) else None
+    states = info.get(ROLE_SWITCH.report_states) if isinstance(info, dict) else None
     if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
         return None
     return states
 
 
 def reported_role(url: str, timeout: float) -> str | None:
-    """The role every scheduler of an engine reports (`internal_states[*].disaggregation_mode`), or None
-    when unknown or when they disagree (a switch still in progress)."""
+    """The role every scheduler of an engine reports (SGLang: `internal_states[*].disaggregation_mode`),
+    or None when unknown or when they disagree (a switch still in progress)."""
     states = _internal_states(url, timeout)
-    modes = {state.get("disaggregation_mode") for state in states or []}
+    modes = {state.get(ROLE_SWITCH.report_role) for state in states or []}
     if len(modes) != 1 or None in modes:
         return None
     return str(modes.pop())
 
 
 def decode_graph_settings(url: str, timeout: float) -> dict[str, Any]:
-    """What a prefill→decode switch must send, read from a decode peer's `/server_info`:
-    `decode_cuda_graph_memory_gb` and `decode_cuda_graph_bs` (empty when the peer does not report them)."""
+    """What a prefill→decode switch must send, read from a decode peer's state (SGLang:
+    `decode_cuda_graph_memory_gb` and `decode_cuda_graph_bs`; empty when the peer does not report them)."""
     states = _internal_states(url, timeout) or [{}]
-    return {key: states[0][key] for key in DECODE_GRAPH_KEYS if states[0].get(key) is not None}
+    settings = ROLE_SWITCH.decode_settings
+    return {key: states[0][key] for key in settings if states[0].get(key) is not None}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from xpyd_api.engines import ROLE_SWITCH
 from xpyd_api.models import PDDeployment, PDDSpecError, SwitchMethod, parse_pdd
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
@@ -170,7 +171,9 @@ class Reconciler:
         ]
         loads: dict[str, EngineLoad] = {}
         for instance in sorted(wanted, key=lambda i: i.role is not Role.PREFILL):
-            url = engine_client.metrics_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
+            url = engine_client.metrics_url(
+                instance, pdd.spec.engine.type, pdd.spec.engine.port, self.config.probe_pod_ip
+            )
             timeout = self.config.engine_timeout_seconds
             loads[instance.name] = (
                 engine_client.read_load(url, pdd.spec.engine.type, timeout) if url else EngineLoad(None, None)
@@ -291,7 +294,7 @@ class Reconciler:
             return None
         timeout = self.config.engine_timeout_seconds
         if transition.switch_sent is not None:
-            reported = engine_client.reported_role(f"{base}/server_info", timeout)
+            reported = engine_client.reported_role(f"{base}{ROLE_SWITCH.report_path}", timeout)
             if reported == str(target):
                 log.info("%s already reports %s: the earlier switch call took effect", instance.name, target)
                 return instance.resource_version
@@ -322,7 +325,7 @@ class Reconciler:
             if base is None:
                 continue
             settings = engine_client.decode_graph_settings(
-                f"{base}/server_info", self.config.engine_timeout_seconds
+                f"{base}{ROLE_SWITCH.report_path}", self.config.engine_timeout_seconds
             )
             if settings:
                 return settings
@@ -390,7 +393,9 @@ class Reconciler:
         if method is not SwitchMethod.HTTP:
             return True
         base = engine_client.base_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
-        reported = engine_client.reported_role(f"{base}/server_info", self.config.engine_timeout_seconds)
+        reported = engine_client.reported_role(
+            f"{base}{ROLE_SWITCH.report_path}", self.config.engine_timeout_seconds
+        )
         if reported != str(target):
             log.info("%s reports role %r, waiting for %s", instance.name, reported, target)
         return reported == str(target)

@@ -12,10 +12,17 @@ import json
 import math
 from typing import Any
 
-from xpyd_api.models import (
+from xpyd_api.engines import (
+    ENGINES,
     NIXL_CONNECTOR,
-    VLLM_ROUTER_KV_CONNECTORS,
+    NIXL_HOST_ENV,
+    NIXL_PORT_ENV,
+    NIXL_SIDE_CHANNEL_PORT,
+    SGLANG_DEFAULT_TRANSFER_BACKEND,
     EngineType,
+)
+from xpyd_api.models import (
+    VLLM_ROUTER_KV_CONNECTORS,
     PDDeployment,
     PDDeploymentSpec,
     RouterType,
@@ -39,20 +46,10 @@ from xpyd_api.names import (
 GPU_RESOURCE = "nvidia.com/gpu"
 ENGINE_CONTAINER = "engine"
 ROLE_ENV = "XPYD_ROLE"
-DEFAULT_SGLANG_BACKEND = "mooncake"
-# NIXL's side channel: the prefill side hands its host to decode as `remote_host`, and vLLM's default
-# is localhost, so across pods it must be the pod IP. Each pod has its own IP, so one port serves all.
-NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
-NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
-NIXL_SIDE_CHANNEL_PORT = 5600
 # A deleted pod's engine gets SIGTERM only after this sleep: vllm-router 0.1.17 drops a pod marked for
 # deletion at once (< 1 s measured), so no new request is on its way when the engine starts to stop.
 PRE_STOP_SLEEP_SECONDS = 5
 EXIT_MARGIN_SECONDS = 10
-# SGLang serves /metrics only with --enable-metrics, and its length histograms only with the second.
-SGLANG_METRICS_ARGS = ("--enable-metrics", "--collect-tokens-histogram")
-SGLANG_COMMAND = ("python3", "-m", "sglang.launch_server")
-VLLM_COMMAND = ("vllm", "serve")
 # Where the router exports its metrics. Both routers bind 127.0.0.1 by default, out of Prometheus' reach
 # in a pod, so the render binds all of the pod's addresses.
 ROUTER_METRICS_PORT = 29000
@@ -85,32 +82,32 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
     are switched on (`--enable-metrics --collect-tokens-histogram`), the autoscaler reads them.
     """
     engine = spec.engine
+    flags = ENGINES[engine.type].flags
     method = spec.switch_method
     tensor_parallel = spec.pool(role).gpus_per_instance
-    if engine.type is EngineType.VLLM:
+    if flags is None:
+        return []
+    args = [flags.model, spec.model.name, flags.host, "0.0.0.0", flags.port, str(engine.port)]
+    if flags.kv_transfer_config:
         if method is SwitchMethod.ROUTING:
             kv_role = "kv_both"
         else:
             kv_role = "kv_producer" if role is Role.PREFILL else "kv_consumer"
         kv_config = {"kv_connector": spec.vllm_connector, "kv_role": kv_role}
-        args = ["--model", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
-        args += ["--kv-transfer-config", json.dumps(kv_config, separators=(",", ":"), sort_keys=True)]
-        args += ["--shutdown-timeout", str(shutdown_timeout_seconds(spec))]
-        if tensor_parallel > 1:
-            args += ["--tensor-parallel-size", str(tensor_parallel)]
-        return args
-    if engine.type is EngineType.SGLANG:
+        args += [flags.kv_transfer_config, json.dumps(kv_config, separators=(",", ":"), sort_keys=True)]
+    if flags.shutdown_timeout:
+        args += [flags.shutdown_timeout, str(shutdown_timeout_seconds(spec))]
+    if flags.disaggregation_mode:
         mode = f"$({ROLE_ENV})" if method is SwitchMethod.HTTP else str(role)
-        args = ["--model-path", spec.model.name, "--host", "0.0.0.0", "--port", str(engine.port)]
-        args += ["--disaggregation-mode", mode]
-        args += ["--disaggregation-transfer-backend", engine.kv_connector or DEFAULT_SGLANG_BACKEND]
-        args += SGLANG_METRICS_ARGS
-        if tensor_parallel > 1:
-            args += ["--tp-size", str(tensor_parallel)]
-        if method is SwitchMethod.HTTP:
-            args.append("--enable-pd-role-switch")
-        return args
-    return []
+        args += [flags.disaggregation_mode, mode]
+    if flags.transfer_backend:
+        args += [flags.transfer_backend, engine.kv_connector or SGLANG_DEFAULT_TRANSFER_BACKEND]
+    args += flags.metrics
+    if tensor_parallel > 1:
+        args += [flags.tensor_parallel, str(tensor_parallel)]
+    if method is SwitchMethod.HTTP and flags.role_switch:
+        args.append(flags.role_switch)
+    return args
 
 
 def shutdown_timeout_seconds(spec: PDDeploymentSpec) -> int:
@@ -127,7 +124,7 @@ def termination_grace_seconds(spec: PDDeploymentSpec) -> int:
 def _engine_command(spec: PDDeploymentSpec) -> list[str]:
     if spec.engine.command:
         return list(spec.engine.command)
-    return list(SGLANG_COMMAND if spec.engine.type is EngineType.SGLANG else VLLM_COMMAND)
+    return list(ENGINES[spec.engine.type].command)
 
 
 def _resources(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
@@ -204,7 +201,10 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
         "ports": ports,
         "env": engine_env(spec, role),
         "resources": _resources(spec, role),
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+        "readinessProbe": {
+            "httpGet": {"path": ENGINES[spec.engine.type].endpoints.health, "port": "http"},
+            "periodSeconds": 5,
+        },
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(spec.engine.security),
         # a deleted pod leaves the router's pool within a second; only then does the engine get SIGTERM

@@ -11,19 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from xpyd_api.engines import FLAG_PURPOSES
 from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import ConditionType, Reason, Role
 from xpyd_operator.plan.instances import Instance, TransitionKind
-
-# What xpyd renders each engine flag for, so a Degraded message says which setting needs the newer image.
-FLAG_PURPOSES = {
-    "--enable-pd-role-switch": "spec.conversion.switchMethod HTTP needs it",
-    "--enable-metrics": "rendered for the autoscaler's metrics (SGLang /metrics)",
-    "--collect-tokens-histogram": "rendered for the autoscaler's prompt and output length quantiles",
-    "--kv-transfer-config": "rendered for prefill/decode KV transfer (spec.engine.kvConnector)",
-    "--disaggregation-mode": "rendered for prefill/decode disaggregation",
-    "--disaggregation-transfer-backend": "rendered for KV transfer (spec.engine.kvConnector)",
-}
 
 
 def unsupported_flags_message(image: str, instances: Sequence[Instance]) -> str | None:

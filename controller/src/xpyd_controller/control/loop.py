@@ -28,6 +28,7 @@ from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from xpyd_api.engines import ENGINES
 from xpyd_api.errors import InputError
 from xpyd_api.models import AutoscalingMode, PDDeployment, PDDSpecError, parse_pdd
 from xpyd_api.names import Role
@@ -50,7 +51,6 @@ from xpyd_controller.metrics.observation import (
     sanitized,
 )
 from xpyd_controller.metrics.promql import (
-    ENGINE_METRICS,
     POLICY_SIGNALS,
     ROUTER_METRICS,
     LabelNames,
@@ -292,7 +292,7 @@ class Controller:
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
         source = self.metrics(spec.autoscaling.prometheus.url)
         router = ROUTER_METRICS.get(spec.router.type)
-        raw_answers = source.query_all(build_queries(ENGINE_METRICS[spec.engine.type], scope, router))
+        raw_answers = source.query_all(build_queries(ENGINES[spec.engine.type].metrics, scope, router))
         discarded = implausible_signals(raw_answers)
         answers = sanitized(raw_answers)
         pods = self.cluster.list_instances(pdd.namespace, pdd.name)

@@ -4,7 +4,8 @@ Each signal is measured on the pool where it means what the policy needs: reques
 lengths on the prefill pool (a request leaves a prefill instance right after its prefill, so these are
 admissions to prefill, not decode completions), output lengths, latencies, running requests and KV usage
 on the decode pool, which serves the request to the client. Where an engine renamed a metric, the newer
-name is tried first and the older one is joined with `or`, so one controller reads both releases.
+name is tried first and the older one is joined with `or`, so one controller reads both releases. The
+engines' names are in xpyd_api.engines (ENGINES[type].metrics; custom engines are read with vLLM's).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from xpyd_api.models import EngineType, RouterType
+from xpyd_api.engines import MetricNames
+from xpyd_api.models import RouterType
 from xpyd_api.names import Role
 
 QUANTILE = 0.9  # the Observation's p90 fields
@@ -65,29 +67,6 @@ class LabelNames:
 
 
 @dataclass(frozen=True)
-class EngineMetrics:
-    """An engine family's series names; each entry lists alternatives, newest name first, and an empty
-    entry means the engine does not export it (that signal then has no data)."""
-
-    requests_in: Sequence[str]  # counter of requests, read on the prefill pool (arrivals)
-    prompt_tokens: Sequence[str]  # counter of their prompt tokens
-    prompt_histogram: Sequence[str]  # histogram of prompt tokens per request (base name)
-    requests_out: Sequence[str]  # counter of requests, read on the decode pool (finished)
-    output_tokens: Sequence[str]  # counter of their generated tokens
-    output_histogram: Sequence[str]  # histogram of generated tokens per request (base name)
-    prefix_queries: Sequence[str]  # counter of prompt tokens looked up in the prefix cache
-    prefix_hits: Sequence[str]  # counter of those found
-    waiting: Sequence[str]  # gauge: requests queued
-    running: Sequence[str]  # gauge: requests in running batches
-    kv_usage: Sequence[str]  # gauge: fraction 0..1 of the KV cache in use
-    ttft: Sequence[str]  # histogram, seconds (base name), read on the decode pool
-    tpot: Sequence[str]  # histogram, seconds between output tokens (base name)
-    # histogram read on the prefill pool and added to decode's TTFT, for engines whose decode instance
-    # gets the request only after its prefill (so its own TTFT leaves prefill queueing and compute out)
-    ttft_prefill_leg: Sequence[str] = ()
-
-
-@dataclass(frozen=True)
 class RouterMetrics:
     """A router's series, read without a role label (the router serves both pools): what it measures
     on the users' side of the prefill/decode split. Empty entries: the router does not export it."""
@@ -100,44 +79,6 @@ class RouterMetrics:
     until_decode_responds: Sequence[str] = ()
 
 
-# vLLM's V1 names (docs.vllm.ai "Production Metrics"); the older names are the V0 ones.
-VLLM = EngineMetrics(
-    requests_in=("vllm:request_prompt_tokens_count",),
-    prompt_tokens=("vllm:request_prompt_tokens_sum",),
-    prompt_histogram=("vllm:request_prompt_tokens",),
-    requests_out=("vllm:request_generation_tokens_count",),
-    output_tokens=("vllm:request_generation_tokens_sum",),
-    output_histogram=("vllm:request_generation_tokens",),
-    prefix_queries=("vllm:prefix_cache_queries_total",),
-    prefix_hits=("vllm:prefix_cache_hits_total",),
-    waiting=("vllm:num_requests_waiting",),
-    running=("vllm:num_requests_running",),
-    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    ttft=("vllm:time_to_first_token_seconds",),
-    tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    # a PD router (vllm-router, vLLM's proxies) sends decode a second request once prefill answered
-    ttft_prefill_leg=("vllm:time_to_first_token_seconds",),
-)
-
-# SGLang's names (docs.sglang.io "Production Metrics"; the operator starts it with `--enable-metrics`
-# and `--collect-tokens-histogram`, without which there are no per-request length histograms); the
-# prefix-cache hit rate is cached prompt tokens over all prompt tokens.
-SGLANG = EngineMetrics(
-    requests_in=("sglang:num_requests_total",),
-    prompt_tokens=("sglang:prompt_tokens_total",),
-    prompt_histogram=("sglang:prompt_tokens_histogram",),
-    requests_out=("sglang:num_requests_total",),
-    output_tokens=("sglang:generation_tokens_total",),
-    output_histogram=("sglang:generation_tokens_histogram",),
-    prefix_queries=("sglang:prompt_tokens_total",),
-    prefix_hits=("sglang:cached_tokens_total",),
-    waiting=("sglang:num_queue_reqs",),
-    running=("sglang:num_running_reqs",),
-    kv_usage=("sglang:token_usage",),
-    ttft=("sglang:time_to_first_token_seconds",),
-    tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
-)
-
 # vllm-router 0.1.17 (read in its sources, measured): PD requests per route; no time-to-first-token
 # series: its vllm_router_pd_request_duration_seconds is recorded when decode's response headers
 # arrive, before decode's first token (and its buckets are 2x apart: only its mean is read).
@@ -148,14 +89,6 @@ VLLM_ROUTER = RouterMetrics(
 )
 
 ROUTER_METRICS: Mapping[RouterType, RouterMetrics] = {RouterType.VLLM_ROUTER: VLLM_ROUTER}
-
-# Engines whose metric names the controller knows; custom engines are read with vLLM's names (a custom
-# image can export them).
-ENGINE_METRICS: Mapping[EngineType, EngineMetrics] = {
-    EngineType.VLLM: VLLM,
-    EngineType.SGLANG: SGLANG,
-    EngineType.CUSTOM: VLLM,
-}
 
 
 def check_window(window_s: float) -> None:
@@ -242,7 +175,7 @@ def _two_legs(prefill_leg: Sequence[str], decode_leg: Sequence[str], scope: Scop
     return f"({mean_p}) + ({mean_d}) + {spread}"
 
 
-def _ttft(engine: EngineMetrics, router: RouterMetrics | None, scope: Scope) -> str:
+def _ttft(engine: MetricNames, router: RouterMetrics | None, scope: Scope) -> str:
     """TTFT on the users' clock: the router's where it exports one. Else, for engines whose decode
     gets the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull)
     combined as two independent legs, plus the mean time the router saw outside prefill's clock where
@@ -265,7 +198,7 @@ def _ttft(engine: EngineMetrics, router: RouterMetrics | None, scope: Scope) -> 
 
 
 def build_queries(
-    engine: EngineMetrics, scope: Scope, router: RouterMetrics | None = None
+    engine: MetricNames, scope: Scope, router: RouterMetrics | None = None
 ) -> dict[Signal, str]:
     """One PromQL expression per signal the engine (and router) export, for one PDDeployment's pools.
 

@@ -1,7 +1,8 @@
 """vLLM-named engine metrics of one simulated instance, rendered in the Prometheus text format (pure).
 
 The live fleet keeps one `EngineSeries` per instance; `render` turns it into what a real vLLM server's
-/metrics would show for the series the controller (metrics/promql.py) and the operator (drain) read.
+/metrics would show for the series the controller (metrics/promql.py) and the operator (drain) read:
+vLLM's newest names from the engine table (xpyd_api.engines).
 Counters and histograms are cumulative for the life of the instance: a role switch by routing does not
 restart the engine, so they never go down.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+
+from xpyd_api.engines import VLLM_METRICS
 
 # vLLM's own bucket bounds (vllm/v1/metrics/loggers.py), so quantiles resolve as they would upstream.
 TOKEN_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
@@ -83,20 +86,22 @@ def render(series: EngineSeries, model_name: str) -> str:
     """The instance's /metrics body (text exposition format 0.0.4), labelled like vLLM's (`model_name`)."""
     labels = f'model_name="{_label_value(model_name)}"'
     lines: list[str] = []
-    for name, kind, value in (
-        ("vllm:num_requests_running", "gauge", series.running),
-        ("vllm:num_requests_waiting", "gauge", series.waiting),
-        ("vllm:kv_cache_usage_perc", "gauge", series.kv_usage),
-        ("vllm:prefix_cache_queries_total", "counter", series.prefix_queries),
-        ("vllm:prefix_cache_hits_total", "counter", series.prefix_hits),
+    names = VLLM_METRICS
+    for alternatives, kind, value in (
+        (names.running, "gauge", series.running),
+        (names.waiting, "gauge", series.waiting),
+        (names.kv_usage, "gauge", series.kv_usage),
+        (names.prefix_queries, "counter", series.prefix_queries),
+        (names.prefix_hits, "counter", series.prefix_hits),
     ):
+        name = alternatives[0]  # the newest name
         family = name.removesuffix("_total") if kind == "counter" else name
         lines += [f"# TYPE {family} {kind}", f"{name}{{{labels}}} {_number(value)}"]
-    for name, histogram in (
-        ("vllm:request_prompt_tokens", series.prompt_tokens),
-        ("vllm:request_generation_tokens", series.generation_tokens),
-        ("vllm:time_to_first_token_seconds", series.ttft),
-        ("vllm:inter_token_latency_seconds", series.inter_token),
+    for alternatives, histogram in (
+        (names.prompt_histogram, series.prompt_tokens),
+        (names.output_histogram, series.generation_tokens),
+        (names.ttft, series.ttft),
+        (names.tpot, series.inter_token),
     ):
-        lines += _histogram_lines(name, labels, histogram)
+        lines += _histogram_lines(alternatives[0], labels, histogram)
     return "\n".join(lines) + "\n"

@@ -34,12 +34,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from xpyd_api.engines import STANDIN_REQUESTS_PATH, VLLM
 from xpyd_api.errors import InputError
 from xpyd_controller.sim.instance import Job, JobKind, Progress, SimulatedInstance
 
 TOKEN_TEXT = " tok"  # the text of every generated token
 PULL_PATH = "/xpyd/kv/pull"
-REQUESTS_PATH = "/xpyd/requests"
 
 
 class RequestError(InputError):
@@ -113,13 +113,13 @@ class StandinEngine:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=512 * 1024**2)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get(VLLM.endpoints.health, self._health)
+        app.router.add_get(VLLM.endpoints.metrics, self._metrics)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions/render", self._render)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post(PULL_PATH, self._pull)
-        app.router.add_get(REQUESTS_PATH, self._requests)
+        app.router.add_get(STANDIN_REQUESTS_PATH, self._requests)
         app.cleanup_ctx.append(self._lifecycle)
         return app
 

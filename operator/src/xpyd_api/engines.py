@@ -1,0 +1,239 @@
+"""What xpyd knows of each engine, in one table (pure data): the command and flags the operator renders,
+the endpoints the kubelet, the operator and Prometheus call, the metric names the controller's PromQL,
+the operator's drain and xpyd's simulated instances share, and the HTTP role-switch protocol.
+
+Where an engine renamed a metric, its entry lists the names newest first; the PromQL joins them with
+`or`, so one controller reads both releases, and the simulated exposition exports the newest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class EngineType(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """An engine's series names; each entry lists alternatives, newest name first, and an empty entry
+    means the engine does not export it (that signal then has no data)."""
+
+    requests_in: Sequence[str]  # counter of requests, read on the prefill pool (arrivals)
+    prompt_tokens: Sequence[str]  # counter of their prompt tokens
+    prompt_histogram: Sequence[str]  # histogram of prompt tokens per request (base name)
+    requests_out: Sequence[str]  # counter of requests, read on the decode pool (finished)
+    output_tokens: Sequence[str]  # counter of their generated tokens
+    output_histogram: Sequence[str]  # histogram of generated tokens per request (base name)
+    prefix_queries: Sequence[str]  # counter of prompt tokens looked up in the prefix cache
+    prefix_hits: Sequence[str]  # counter of those found
+    waiting: Sequence[str]  # gauge: requests queued
+    running: Sequence[str]  # gauge: requests in running batches
+    kv_usage: Sequence[str]  # gauge: fraction 0..1 of the KV cache in use
+    ttft: Sequence[str]  # histogram, seconds (base name), read on the decode pool
+    tpot: Sequence[str]  # histogram, seconds between output tokens (base name)
+    # histogram read on the prefill pool and added to decode's TTFT, for engines whose decode instance
+    # gets the request only after its prefill (so its own TTFT leaves prefill queueing and compute out)
+    ttft_prefill_leg: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The engine's command-line flags xpyd renders (None: the engine has no such flag)."""
+
+    model: str
+    tensor_parallel: str
+    host: str = "--host"
+    port: str = "--port"
+    kv_transfer_config: str | None = None  # vLLM: JSON {kv_connector, kv_role}
+    shutdown_timeout: str | None = None  # seconds a SIGTERMed engine keeps serving its requests
+    disaggregation_mode: str | None = None  # SGLang: prefill | decode
+    transfer_backend: str | None = None  # SGLang: the KV transfer backend
+    metrics: tuple[str, ...] = ()  # without these, /metrics lacks what the autoscaler reads
+    role_switch: str | None = None  # enables the HTTP role-switch endpoint
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """HTTP paths on the engine port: the readiness probe's and the one Prometheus and the drain read."""
+
+    health: str = "/health"
+    metrics: str = "/metrics"
+
+
+@dataclass(frozen=True)
+class RoleSwitch:
+    """An in-place role switch over HTTP: POST `{role_field: "prefill"|"decode", ...}` to `path` (to decode
+    with `decode_settings` read from a decode peer), verified by GET `report_path`, whose every
+    `report_states[*][report_role]` must name the new role."""
+
+    path: str
+    role_field: str
+    decode_settings: tuple[str, ...]
+    report_path: str
+    report_states: str
+    report_role: str
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine: how it is started, where it answers, what it exports, how it switches roles."""
+
+    command: tuple[str, ...]  # the container command when spec.engine.command is unset
+    flags: EngineFlags | None  # None: xpyd renders no arguments (a custom image brings its own)
+    endpoints: Endpoints
+    metrics: MetricNames  # what the controller's PromQL reads
+    # gauge families whose sum is an instance's requests now; the first family present wins
+    in_flight: tuple[tuple[str, ...], ...]
+    # counters of the requests an instance finished since it started; the first present wins
+    finished: tuple[tuple[str, ...], ...]
+    # the HTTP role switch, for engines that switch in place by a call (None: by routing or restart)
+    role_switch: RoleSwitch | None = None
+
+
+# vLLM's V1 names (docs.vllm.ai "Production Metrics"); the older names are the V0 ones.
+VLLM_METRICS = MetricNames(
+    requests_in=("vllm:request_prompt_tokens_count",),
+    prompt_tokens=("vllm:request_prompt_tokens_sum",),
+    prompt_histogram=("vllm:request_prompt_tokens",),
+    requests_out=("vllm:request_generation_tokens_count",),
+    output_tokens=("vllm:request_generation_tokens_sum",),
+    output_histogram=("vllm:request_generation_tokens",),
+    prefix_queries=("vllm:prefix_cache_queries_total",),
+    prefix_hits=("vllm:prefix_cache_hits_total",),
+    waiting=("vllm:num_requests_waiting",),
+    running=("vllm:num_requests_running",),
+    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    ttft=("vllm:time_to_first_token_seconds",),
+    tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    # a PD router (vllm-router, vLLM's proxies) sends decode a second request once prefill answered
+    ttft_prefill_leg=("vllm:time_to_first_token_seconds",),
+)
+
+# SGLang's names (docs.sglang.io "Production Metrics"; the operator starts it with `--enable-metrics`
+# and `--collect-tokens-histogram`, without which there are no per-request length histograms); the
+# prefix-cache hit rate is cached prompt tokens over all prompt tokens.
+SGLANG_METRICS = MetricNames(
+    requests_in=("sglang:num_requests_total",),
+    prompt_tokens=("sglang:prompt_tokens_total",),
+    prompt_histogram=("sglang:prompt_tokens_histogram",),
+    requests_out=("sglang:num_requests_total",),
+    output_tokens=("sglang:generation_tokens_total",),
+    output_histogram=("sglang:generation_tokens_histogram",),
+    prefix_queries=("sglang:prompt_tokens_total",),
+    prefix_hits=("sglang:cached_tokens_total",),
+    waiting=("sglang:num_queue_reqs",),
+    running=("sglang:num_running_reqs",),
+    kv_usage=("sglang:token_usage",),
+    ttft=("sglang:time_to_first_token_seconds",),
+    tpot=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+)
+
+VLLM_IN_FLIGHT = (VLLM_METRICS.running[0], VLLM_METRICS.waiting[0])
+SGLANG_IN_FLIGHT = (SGLANG_METRICS.running[0], SGLANG_METRICS.waiting[0])
+# vLLM observes a request's prompt length when it finishes, so the histogram's count is its finished
+# requests (prefill parts included).
+VLLM_FINISHED = (VLLM_METRICS.requests_in[0],)
+
+# SGLang's `/pd_role_switch` (and the live per-scheduler state in `/server_info` → `internal_states`;
+# its top level holds the launch arguments, which a role switch does not change). A prefill-launched
+# engine must be told the decode graph settings to reserve.
+SGLANG_ROLE_SWITCH = RoleSwitch(
+    path="/pd_role_switch",
+    role_field="new_role",
+    decode_settings=("decode_cuda_graph_memory_gb", "decode_cuda_graph_bs"),
+    report_path="/server_info",
+    report_states="internal_states",
+    report_role="disaggregation_mode",
+)
+
+# vLLM's NixlConnector: the prefill side hands its host to decode as `remote_host`, and vLLM's default
+# is localhost, so across pods it must be the pod IP. Each pod has its own IP, so one port serves all.
+NIXL_CONNECTOR = "NixlConnector"
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+NIXL_SIDE_CHANNEL_PORT = 5600
+SGLANG_DEFAULT_TRANSFER_BACKEND = "mooncake"
+
+# Flags a Degraded message explains (FLAG_PURPOSES) when an engine image rejects them.
+KV_TRANSFER_CONFIG_FLAG = "--kv-transfer-config"
+DISAGGREGATION_MODE_FLAG = "--disaggregation-mode"
+TRANSFER_BACKEND_FLAG = "--disaggregation-transfer-backend"
+# SGLang serves /metrics only with the first, and its length histograms only with the second
+SGLANG_METRICS_FLAGS = ("--enable-metrics", "--collect-tokens-histogram")
+ROLE_SWITCH_FLAG = "--enable-pd-role-switch"
+
+VLLM = Engine(
+    command=("vllm", "serve"),
+    flags=EngineFlags(
+        model="--model",
+        tensor_parallel="--tensor-parallel-size",
+        kv_transfer_config=KV_TRANSFER_CONFIG_FLAG,
+        shutdown_timeout="--shutdown-timeout",  # vLLM 0.32; its default 0 aborts in-flight requests
+    ),
+    endpoints=Endpoints(),
+    metrics=VLLM_METRICS,
+    in_flight=(VLLM_IN_FLIGHT,),
+    finished=(VLLM_FINISHED,),
+)
+
+SGLANG = Engine(
+    command=("python3", "-m", "sglang.launch_server"),
+    flags=EngineFlags(
+        model="--model-path",
+        tensor_parallel="--tp-size",
+        disaggregation_mode=DISAGGREGATION_MODE_FLAG,
+        transfer_backend=TRANSFER_BACKEND_FLAG,
+        metrics=SGLANG_METRICS_FLAGS,
+        role_switch=ROLE_SWITCH_FLAG,
+    ),
+    endpoints=Endpoints(),
+    metrics=SGLANG_METRICS,
+    in_flight=(SGLANG_IN_FLIGHT,),
+    finished=(),
+    role_switch=SGLANG_ROLE_SWITCH,
+)
+
+# A custom image: no rendered arguments, read with vLLM's names (a custom image can export them), its
+# in-flight requests with vLLM's or SGLang's, and an HTTP switch (if asked for) with SGLang's protocol.
+CUSTOM = Engine(
+    command=VLLM.command,
+    flags=None,
+    endpoints=Endpoints(),
+    metrics=VLLM_METRICS,
+    in_flight=(VLLM_IN_FLIGHT, SGLANG_IN_FLIGHT),
+    finished=(VLLM_FINISHED,),
+    role_switch=SGLANG_ROLE_SWITCH,
+)
+
+ENGINES: Mapping[EngineType, Engine] = {
+    EngineType.VLLM: VLLM,
+    EngineType.SGLANG: SGLANG,
+    EngineType.CUSTOM: CUSTOM,
+}
+
+# The one HTTP role-switch protocol xpyd speaks (spec.conversion.switchMethod HTTP, any engine type);
+# spec.conversion.switchPath defaults to its path.
+ROLE_SWITCH = SGLANG_ROLE_SWITCH
+
+# xpyd's engine stand-in (xpyd_controller.standin) runs as engine type vllm with this command: it takes
+# vLLM's flags, answers vLLM's endpoints and exports vLLM's newest metric names, and also serves its
+# request log at STANDIN_REQUESTS_PATH.
+STANDIN_MODULE = "xpyd_controller.standin"
+STANDIN_COMMAND = ("python", "-m", STANDIN_MODULE)
+STANDIN_REQUESTS_PATH = "/xpyd/requests"
+
+# Why xpyd renders each engine flag, so a Degraded message says which setting needs the newer image.
+FLAG_PURPOSES: Mapping[str, str] = {
+    ROLE_SWITCH_FLAG: "spec.conversion.switchMethod HTTP needs it",
+    SGLANG_METRICS_FLAGS[0]: "rendered for the autoscaler's metrics (SGLang /metrics)",
+    SGLANG_METRICS_FLAGS[1]: "rendered for the autoscaler's prompt and output length quantiles",
+    KV_TRANSFER_CONFIG_FLAG: "rendered for prefill/decode KV transfer (spec.engine.kvConnector)",
+    DISAGGREGATION_MODE_FLAG: "rendered for prefill/decode disaggregation",
+    TRANSFER_BACKEND_FLAG: "rendered for KV transfer (spec.engine.kvConnector)",
+}
