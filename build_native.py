@@ -38,6 +38,12 @@ def compile_engine(package_parent: Path, out_dir: Path) -> list[Path]:
             build / "xpyd_controller",
             ignore=shutil.ignore_patterns("__pycache__", "*.so", "engine_native*"),
         )
+        # The engine imports the shared contract (xpyd_api): a wheel build has it beside xpyd_controller,
+        # a checkout in operator/src.
+        shared = package_parent / "xpyd_api"
+        if not shared.is_dir():
+            shared = package_parent.parent.parent / "operator" / "src" / "xpyd_api"
+        shutil.copytree(shared, build / "xpyd_api", ignore=shutil.ignore_patterns("__pycache__"))
         sim = build / "xpyd_controller" / "sim"
         shutil.copy(sim / "engine.py", sim / "engine_native.py")
         done = subprocess.run(

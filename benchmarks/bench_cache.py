@@ -1,8 +1,8 @@
 """Benchmark outcomes cached by the digest of the sources they depend on, and the command line to print.
 
 `XPYD_BENCH_CACHE=DIR` (outside the repository) turns the cache on. A real-Dynamo row is keyed by the
-simulator, the roofline, the policy contract, the adapter (`real_dynamo.py`) and the stand-in; every
-other policy's row by the whole xpyd package. A changed source is a different key, never a stale hit.
+simulator, the roofline, the policy contract, the shared contract (xpyd_api: the resize rule), the
+adapter (`real_dynamo.py`) and the stand-in; every other policy's row by the whole xpyd package. A changed source is a different key, never a stale hit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import real_dynamo
 
 BENCHMARKS = Path(__file__).resolve().parent
 CONTROLLER = Path(__file__).resolve().parent.parent / "controller" / "src" / "xpyd_controller"
+# The shared contract: the simulator resizes its fleet by xpyd_api.resize, as the operator does.
+SHARED = Path(__file__).resolve().parent.parent / "operator" / "src" / "xpyd_api"
 # What a real-Dynamo run's outcome depends on besides Dynamo itself: the simulator, the traces and
 # scenarios, the roofline, the policy contract, this adapter and the stand-in. Not the presets: a job's
 # key holds its scenario's repr, every resolved model, GPU and link value included.
@@ -34,6 +36,7 @@ def inputs_digest() -> str:
     """Digest of every source a real-Dynamo outcome depends on (a changed one invalidates the cache)."""
     digest = hashlib.sha256(real_dynamo.DYNAMO_VERSION.encode())
     files = [BENCHMARKS / "real_dynamo.py", *sorted(real_dynamo.STAND_IN.rglob("*.py"))]
+    files += sorted(SHARED.rglob("*.py"))
     for item in OUTCOME_INPUTS:
         path = CONTROLLER / item
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
@@ -44,11 +47,13 @@ def inputs_digest() -> str:
 
 
 def controller_digest() -> str:
-    """Digest of the whole xpyd package: what any other policy's outcome may depend on."""
+    """Digest of the whole xpyd package and the shared contract: what any other policy's outcome may
+    depend on."""
     digest = hashlib.sha256()
-    for path in sorted(CONTROLLER.rglob("*.py")):
-        digest.update(str(path.relative_to(CONTROLLER)).encode())
-        digest.update(path.read_bytes())
+    for package in (CONTROLLER, SHARED):
+        for path in sorted(package.rglob("*.py")):
+            digest.update(str(path.relative_to(package.parent)).encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from xpyd_api.names import Role
+from xpyd_api.resize import Member, resize
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
 from xpyd_controller.sim.config import FloatArray, SimConfig, SimConfigError
@@ -751,62 +753,66 @@ class _Simulation:
         if self.progress is not None:
             self.progress(t, self.done_count, self.n)
 
-    def _supply(self, role: str) -> list[_Instance]:
-        """Instances that serve (or will serve) `role`: starting, ready, or converting into it."""
-        return [
-            i
-            for i in self.instances
-            if (i.state in (STARTING, READY) and i.role == role)
-            or (i.state == CONVERTING and i.target_role == role)
-        ]
-
     def _apply(self, decision: Decision, t: float) -> None:
+        """Carry out a decision by the rule the operator follows too (xpyd_api.resize)."""
         lim = self.limits
-        desired = {
-            PREFILL: decision.prefill,
-            DECODE: decision.decode,
-        }
-        bounds = {PREFILL: (lim.prefill_min, lim.prefill_max), DECODE: (lim.decode_min, lim.decode_max)}
-        delta: dict[str, int] = {}
-        for role, want in desired.items():
-            have = len(self._supply(role))
-            if want is None:
-                delta[role] = 0
-                continue
-            low, high = bounds[role]
-            delta[role] = min(high, max(low, want)) - have
-        if self.cfg.control.role_conversion and decision.allow_conversion:
-            for src, dst in ((DECODE, PREFILL), (PREFILL, DECODE)):
-                moves = min(delta[dst], -delta[src])
-                for _ in range(max(0, moves)):
-                    if not self._convert_one(src, dst, t):
-                        break
-                    delta[dst] -= 1
-                    delta[src] += 1
-                # The other pool is still growing (cold starts under way): a surplus instance here
-                # converts sooner than a new one starts, so convert it and cancel that start.
-                while delta[src] < 0 and self._replace_start(src, dst, t):
-                    delta[src] += 1
-        for role, change in delta.items():
-            for _ in range(change):
-                self._grow(role, t)
-            for _ in range(-change):
-                if not self._shrink(role, t):
-                    break
+        desired: dict[Role, int | None] = {}
+        for role, want, low, high in (
+            (Role.PREFILL, decision.prefill, lim.prefill_min, lim.prefill_max),
+            (Role.DECODE, decision.decode, lim.decode_min, lim.decode_max),
+        ):
+            desired[role] = None if want is None else min(high, max(low, want))
+        members: list[Member[_Instance]] = []
+        draining: list[Member[_Instance]] = []
+        for inst in self.instances:
+            if inst.state == CONVERTING:
+                members.append(
+                    Member(inst, Role(inst.target_role), ready=False, busy=True, created=inst.created_s)
+                )
+            elif inst.state == DRAINING:
+                draining.append(Member(inst, Role(inst.role), ready=True, created=inst.created_s))
+            else:
+                ready = inst.state == READY
+                members.append(
+                    Member(
+                        inst,
+                        Role(inst.role),
+                        ready=ready,
+                        load=float(self._load(inst, t)),
+                        created=inst.created_s,
+                        ready_in=None if ready else inst.ready_at - t,
+                    )
+                )
+        moves = resize(
+            desired,
+            members,
+            draining,
+            conversion=self.cfg.control.role_conversion and decision.allow_conversion,
+            conversion_seconds=self.cfg.realism.conversion_s,
+        )
+        for inst in moves.take_back:
+            self._add_ready(inst)
+            inst.version += 1
+            self._admit_waiting(t)
+        for inst, target in moves.convert:
+            inst.target_role = str(target)
+            self._leave(inst, CONVERTING, t)
+        for inst in moves.cancel:
+            self._retire(inst, t)
+        for role, count in moves.create.items():
+            for _ in range(count):
+                self._start(str(role), t)
+        for inst in moves.remove:
+            self.scale_downs += 1
+            if inst.state == STARTING:
+                self._retire(inst, t)
+            else:
+                self._leave(inst, DRAINING, t)
 
     def _load(self, inst: _Instance, t: float) -> int:
         if inst.role == PREFILL:
             return inst.prefill_load(t)
         return len(inst.queue) + inst.size
-
-    def _convert_one(self, src: str, dst: str, t: float) -> bool:
-        candidates = self.ready[src]
-        if len(candidates) <= 1:
-            return False  # never convert a pool's last serving instance away
-        inst = min(candidates, key=lambda i: self._load(i, t))
-        inst.target_role = dst
-        self._leave(inst, CONVERTING, t)
-        return True
 
     def _leave(self, inst: _Instance, state: str, t: float) -> None:
         """Stop routing to a ready instance; it drains, then retires or switches roles."""
@@ -817,41 +823,12 @@ class _Simulation:
         elif inst.role == PREFILL:
             self._push(inst.free_at, _PREFILL_IDLE, inst, inst.version)
 
-    def _replace_start(self, src: str, dst: str, t: float) -> bool:
-        """Convert a surplus `src` instance for a `dst` instance whose cold start would end later."""
-        conversion = self.cfg.realism.conversion_s
-        starting = [i for i in self.instances if i.state == STARTING and i.role == dst]
-        late = [i for i in starting if i.ready_at - t > conversion]
-        if not late or not self._convert_one(src, dst, t):
-            return False
-        self._retire(max(late, key=lambda i: i.ready_at), t)
-        return True
-
-    def _grow(self, role: str, t: float) -> None:
-        for inst in self.instances:  # un-drain before paying a cold start
-            if inst.state == DRAINING and inst.role == role:
-                self._add_ready(inst)
-                inst.version += 1
-                self._admit_waiting(t)
-                return
+    def _start(self, role: str, t: float) -> None:
+        """A cold start of a new `role` instance."""
         inst = self._new_instance(role, STARTING, t)
         self.scale_ups += 1
         inst.ready_at = t + self.cfg.realism.cold_start_s
         self._push(inst.ready_at, _READY, inst, inst.version)
-
-    def _shrink(self, role: str, t: float) -> bool:
-        starting = [i for i in self.instances if i.state == STARTING and i.role == role]
-        if starting:
-            self._retire(starting[-1], t)
-            self.scale_downs += 1
-            return True
-        candidates = self.ready[role]
-        if len(candidates) <= 1:
-            return False
-        inst = min(candidates, key=lambda i: self._load(i, t))
-        self.scale_downs += 1
-        self._leave(inst, DRAINING, t)
-        return True
 
     # ---- main loop ----------------------------------------------------------------------------------
 

@@ -55,12 +55,22 @@ class NativeEngineError(RuntimeError):
 
 
 def _compiled_against() -> list[Path]:
-    """engine.py and the xpyd modules it imports: what the compiled code assumed about types."""
+    """engine.py and the xpyd modules it imports (its own package's and xpyd_api's): what the compiled
+    code assumed about types."""
     package_root = ENGINE_SOURCE.parents[2]  # the directory holding xpyd_controller/
+    # the shared contract: beside it when installed, in operator/src in a checkout (as build_native.py)
+    shared_root = (
+        package_root if (package_root / "xpyd_api").is_dir() else package_root.parents[1] / "operator" / "src"
+    )
     paths = [ENGINE_SOURCE]
     for node in ast.walk(ast.parse(ENGINE_SOURCE.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("xpyd_controller."):
-            base = package_root.joinpath(*node.module.split("."))
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith(("xpyd_controller.", "xpyd_api."))
+        ):
+            root = package_root if node.module.startswith("xpyd_controller.") else shared_root
+            base = root.joinpath(*node.module.split("."))
             module_file = base.with_suffix(".py")
             paths.append(module_file if module_file.exists() else base / "__init__.py")
     return paths

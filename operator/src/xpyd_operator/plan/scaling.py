@@ -8,12 +8,12 @@ huge replica count costs a few actions per pass, never a list of all of them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import Reason, Role
+from xpyd_api.resize import Member, resize, victim_order
 from xpyd_operator.plan.actions import (
     Action,
     AdvanceTransition,
@@ -48,10 +48,17 @@ class PlanInput:
     finished: Mapping[str, int | None] = field(default_factory=dict)
 
 
-def victim_order(instance: Instance, in_flight: Mapping[str, int | None]) -> tuple[bool, float, float]:
-    """Sort key for instances to give up: unready first, then least loaded (unknown load last), then newest."""
+def _member(instance: Instance, role: Role, in_flight: Mapping[str, int | None]) -> Member[str]:
+    """The instance as the shared resize rule sees it: it serves when ready and in no transition."""
     load = in_flight.get(instance.name)
-    return (instance.ready, math.inf if load is None else float(load), -instance.created)
+    return Member(
+        instance.name,
+        role,
+        ready=instance.ready and instance.transition is None,
+        busy=instance.transition is not None,
+        load=None if load is None else float(load),
+        created=instance.created,
+    )
 
 
 def prefill_backlog_needed(spec: PDDeploymentSpec, instances: Sequence[Instance]) -> bool:
@@ -175,11 +182,11 @@ class _Namer:
         return name
 
 
-def _scale_role(
+def _roll_role(
     inp: PlanInput, role: Role, members: list[Instance], busy: set[str], namer: _Namer, *, room: int
 ) -> list[Action]:
-    """Create (at most `room`), remove or roll the members of one role towards its desired count and
-    template.
+    """A rolling update of one role (the operator's own: the simulator has no templates): create within
+    max_surge, remove outdated instances while the pool stays available, trim to desired + max_surge.
 
     `busy` names instances that already got an action this round (a conversion just begun): they count
     as members but are not picked again.
@@ -191,39 +198,36 @@ def _scale_role(
     leaving = [i for i in inp.instances if i.leaving and not i.failed and i.role == role]
     actions: list[Action] = []
 
-    creates = desired - len(members)
-    if outdated:
-        surge_room = desired + rollout.max_surge - (len(members) + len(leaving))
-        creates = max(creates, min(surge_room, len(outdated)))
-    reason = "rolling update" if outdated and len(members) >= desired else "scale up or replace"
+    surge_room = desired + rollout.max_surge - (len(members) + len(leaving))
+    creates = max(desired - len(members), min(surge_room, len(outdated)))
+    reason = "rolling update" if len(members) >= desired else "scale up or replace"
     actions += [CreateInstance(role, namer.take(), reason) for _ in range(max(0, min(creates, room)))]
 
-    victims: list[tuple[Instance, str]] = []
-    if outdated:
-        # Rolling update: old instances go when the pool stays available without them.
-        available = sum(1 for m in idle if m.ready)
-        budget = available - (desired - rollout.max_unavailable)
-        for old in sorted(outdated, key=lambda i: victim_order(i, inp.in_flight)):
-            if not old.ready:
-                victims.append((old, "rolling update (not ready)"))
-            elif budget > 0:
-                victims.append((old, "rolling update"))
-                budget -= 1
-        excess = len(members) - len(victims) - (desired + rollout.max_surge)
-    else:
-        excess = len(members) - desired
-    chosen = {v.name for v, _ in victims}
-    remaining = sorted(
-        (m for m in idle if m.name not in chosen), key=lambda i: victim_order(i, inp.in_flight)
-    )
-    victims += [(m, "scale down") for m in remaining[: max(0, excess)]]
+    def order(instance: Instance) -> tuple[bool, float, float]:
+        return victim_order(_member(instance, role, inp.in_flight))
 
-    for victim, why in victims:
-        if victim.ready:
-            actions.append(_begin(inp, victim, TransitionKind.REMOVE, None, why))
-        else:
-            actions.append(DeleteInstance(victim, why))
-    return actions
+    victims: list[tuple[Instance, str]] = []
+    # Old instances go when the pool stays available without them.
+    available = sum(1 for m in idle if m.ready)
+    budget = available - (desired - rollout.max_unavailable)
+    for old in sorted(outdated, key=order):
+        if not old.ready:
+            victims.append((old, "rolling update (not ready)"))
+        elif budget > 0:
+            victims.append((old, "rolling update"))
+            budget -= 1
+    excess = len(members) - len(victims) - (desired + rollout.max_surge)
+    chosen = {v.name for v, _ in victims}
+    remaining = sorted((m for m in idle if m.name not in chosen), key=order)
+    victims += [(m, "scale down") for m in remaining[: max(0, excess)]]
+    return actions + [_give_up(inp, victim, why) for victim, why in victims]
+
+
+def _give_up(inp: PlanInput, victim: Instance, why: str) -> Action:
+    """A ready instance drains before it goes; an unready one is deleted at once."""
+    if victim.ready:
+        return _begin(inp, victim, TransitionKind.REMOVE, None, why)
+    return DeleteInstance(victim, why)
 
 
 def plan(inp: PlanInput) -> list[Action]:
@@ -236,42 +240,47 @@ def plan(inp: PlanInput) -> list[Action]:
             actions += _transition_actions(inp, instance)
 
     members = {role: _members(inp.instances, role) for role in Role}
+    draining = [
+        i
+        for i in inp.instances
+        if i.transition
+        and i.transition.kind is TransitionKind.REMOVE
+        and i.transition.step is Step.DRAINING
+        and not (i.deleting or i.failed)
+    ]
+    moves = resize(
+        {role: inp.spec.pool(role).replicas for role in Role},
+        [_member(i, role, inp.in_flight) for role in Role for i in members[role]],
+        [_member(i, i.role, inp.in_flight) for i in draining],
+        conversion=inp.spec.conversion.enabled and inp.spec.roles_compatible,
+    )
+    by_name = {i.name: i for i in inp.instances}
     # A pool that needs instances again takes back the ones it is still draining for removal.
-    for role in Role:
-        shortfall = inp.spec.pool(role).replicas - len(members[role])
-        draining = [
-            i
-            for i in inp.instances
-            if i.transition
-            and i.transition.kind is TransitionKind.REMOVE
-            and i.transition.step is Step.DRAINING
-            and i.role == role
-            and not (i.deleting or i.failed)
-        ]
-        for instance in draining[: max(0, shortfall)]:
-            actions = [a for a in actions if getattr(a, "instance", None) != instance]
-            actions.append(CancelTransition(instance))
-            members[role].append(instance)
+    for name in moves.take_back:
+        instance = by_name[name]
+        actions = [a for a in actions if getattr(a, "instance", None) != instance]
+        actions.append(CancelTransition(instance))
+        members[instance.role].append(instance)
+    for name, target in moves.convert:
+        instance = by_name[name]
+        actions.append(_begin(inp, instance, TransitionKind.CONVERT, target, f"convert to {target}"))
+        members[instance.role].remove(instance)
+        members[target].append(instance)
 
-    if inp.spec.conversion.enabled and inp.spec.roles_compatible:
-        for source in Role:
-            target = source.other
-            surplus = len(members[source]) - inp.spec.pool(source).replicas
-            deficit = inp.spec.pool(target).replicas - len(members[target])
-            candidates = sorted(
-                (m for m in members[source] if m.transition is None),
-                key=lambda i: victim_order(i, inp.in_flight),
-            )
-            for instance in candidates[: max(0, min(surplus, deficit))]:
-                actions.append(_begin(inp, instance, TransitionKind.CONVERT, target, f"convert to {target}"))
-                members[source].remove(instance)
-                members[target].append(instance)
-
-    busy = {a.instance.name for a in actions if isinstance(a, BeginTransition)}
+    busy = {name for name, _ in moves.convert}
     namer = _Namer(inp.pdd_name, inp.instances)
     room = inp.max_creates
     for role in Role:
-        role_actions = _scale_role(inp, role, members[role], busy, namer, room=room)
+        hash_now = inp.template_hashes[role]
+        if any(
+            m.template_hash != hash_now and m.transition is None and m.name not in busy for m in members[role]
+        ):
+            role_actions = _roll_role(inp, role, members[role], busy, namer, room=room)
+        else:
+            creates = max(0, min(moves.create.get(role, 0), room))
+            role_actions = [CreateInstance(role, namer.take(), "scale up or replace") for _ in range(creates)]
+            names = {m.name for m in members[role]}
+            role_actions += [_give_up(inp, by_name[n], "scale down") for n in moves.remove if n in names]
         room -= sum(1 for a in role_actions if isinstance(a, CreateInstance))
         actions += role_actions
     return actions
