@@ -13,8 +13,10 @@ import copy
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -45,7 +47,11 @@ IDLE_SAMPLE_S = 10  # how long idle engines are watched for their CPU use (NIXL 
 # The controller's rate window covers the whole load stage and its tail (at least this long): a
 # shorter one drops the first, slowest requests under load and reads a lower p90 than the users saw.
 MIN_WINDOW_S = 120
-WINDOW_MARGIN_S = 15  # scrapes before the load starts
+WINDOW_MARGIN_S = 6  # three scrapes before the load starts (the warm-up ends before them)
+# Requests through the router before the measured load: a fresh pair's first ones pay one-time costs
+# (NIXL's handshake between the engines, first-use allocations) that are no steady state, and skewed
+# the means of a 32-request window by a second (decode's mean TTFT 1.30 s over a p90 of 0.93 s).
+WARM_UP_REQUESTS = 3
 # How often the drain's in-flight reading is taken during the load: each one makes both engines render
 # /metrics, CPU the load's requests then wait for; decode holds a request for about a second.
 IN_FLIGHT_SAMPLE_S = 1.0
@@ -106,10 +112,12 @@ class Running:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to the group, time for every process of the session to exit (an engine core that
+        outlives its API server by a moment still unlinks its shared memory), then SIGKILL."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and self.popen.poll() is None:
+        while time.monotonic() < deadline and (self.popen.poll() is None or _session_alive(self.popen.pid)):
             time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)  # the engine core and any straggler
@@ -138,17 +146,62 @@ class Engine:
             return str(response.read().decode())
 
 
-def session_cpu_seconds(session: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of one session (an engine's API
-    server and its engine core)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+def _session_stats(session: int) -> Iterator[list[str]]:
+    """The /proc stat fields after the command name of each live process of one session."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
             if int(fields[3]) == session:  # field 6 of stat: the session id
-                total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+                yield fields
+
+
+def session_cpu_seconds(session: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of one session (an engine's API
+    server and its engine core)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum((int(fields[11]) + int(fields[12])) / tick for fields in _session_stats(session))
+
+
+def _session_alive(session: int) -> bool:
+    return any(fields[0] != "Z" for fields in _session_stats(session))
+
+
+SHM = Path("/dev/shm")
+
+
+def _shm_in_use() -> set[str]:
+    """Names in /dev/shm that a live process has open or mapped."""
+    used: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            used.update(
+                line.rsplit("/dev/shm/", 1)[1].split(" ")[0]
+                for line in (proc / "maps").read_text().splitlines()
+                if "/dev/shm/" in line
+            )
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("/dev/shm/"):
+                        used.add(target.removeprefix("/dev/shm/"))
+    return used
+
+
+@contextlib.contextmanager
+def _shared_memory_released() -> Iterator[None]:
+    """vLLM's processes share memory through /dev/shm segments (hundreds of MB each) that stay behind,
+    holding RAM, when a process dies before unlinking them: at the end, the segments that appeared
+    meanwhile and that no live process uses are removed."""
+    before = set(os.listdir(SHM)) if SHM.is_dir() else set()
+    try:
+        yield
+    finally:
+        if SHM.is_dir():
+            left = set(os.listdir(SHM)) - before - _shm_in_use()
+            for name in left:
+                if name.startswith(("psm_", "sem.mp-")):
+                    with contextlib.suppress(OSError):
+                        (SHM / name).unlink()
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:
@@ -192,6 +245,28 @@ def _base_env() -> dict[str, str]:
     """What every process inherits: nothing of the test's own environment beyond the basics."""
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
     return {key: os.environ[key] for key in keep if key in os.environ} | {"PYTHONUNBUFFERED": "1"}
+
+
+@contextlib.contextmanager
+def _logs_in_memory(log_dir: Path) -> Iterator[Path]:
+    """A directory in tmpfs for the processes' logs, copied into `log_dir` at the end: a write to a
+    disk file blocks while the kernel throttles dirty pages (a CI run's etcd saw 14 s fsyncs), and an
+    engine's API process that blocks on its access log holds requests outside every clock but the
+    users' and the router's (that run's users' p90 was 25 s over engine TTFT p90s of 3 s)."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield log_dir
+        return
+    memory = Path(tempfile.mkdtemp(prefix="xpyd-realvllm-", dir=shm))
+    try:
+        yield memory
+    finally:
+        for path in memory.rglob("*"):
+            if path.is_file():
+                target = log_dir / path.relative_to(memory)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+        shutil.rmtree(memory, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -385,6 +460,25 @@ def _prometheus_config(engines: Sequence[Engine], router_metrics: str) -> dict[s
     }
 
 
+def warm_up(router_url: str, model: Path, spec: LoadSpec, requests: int) -> None:
+    """A few of the load's requests, one at a time, through the router (before the controller's window
+    opens, and not in the users' report)."""
+    body = {
+        "model": str(model),
+        "prompt": " ".join(str(i) for i in range(spec.prompt_tokens)),
+        "max_tokens": spec.output_tokens,
+        "ignore_eos": True,
+    }
+    for _ in range(requests):
+        request = urllib.request.Request(
+            f"{router_url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.read()
+
+
 def ttft_legs(source: PrometheusSource, scope: Scope) -> dict[str, float | None]:
     """Means and p90s of the legs the controller's TTFT combines, over its window: what a failed
     comparison with the users' clock is read against (which leg grew, or time outside them all)."""
@@ -398,14 +492,20 @@ def ttft_legs(source: PrometheusSource, scope: Scope) -> dict[str, float | None]
         selector = scope.selector(role)
         return f"histogram_quantile(0.9, sum by (le) (rate({name}_bucket{selector}[{window}])))"
 
+    def median(name: str, role: Role | None) -> str:
+        return p90(name, role).replace("histogram_quantile(0.9,", "histogram_quantile(0.5,", 1)
+
     ttft, router = "vllm:time_to_first_token_seconds", "vllm_router_pd_request_duration_seconds"
     return source.query_all(
         {
             "prefill_ttft_mean": mean(ttft, Role.PREFILL),
+            "prefill_ttft_median": median(ttft, Role.PREFILL),
             "prefill_ttft_p90": p90(ttft, Role.PREFILL),
             "decode_ttft_mean": mean(ttft, Role.DECODE),
+            "decode_ttft_median": median(ttft, Role.DECODE),
             "decode_ttft_p90": p90(ttft, Role.DECODE),
             "router_until_decode_responds_mean": mean(router, None),
+            "router_until_decode_responds_p90": p90(router, None),  # coarse: buckets 2x apart
         }
     )
 
@@ -420,6 +520,8 @@ def real_stack(log_dir: Path) -> Iterator[RealStack]:
     binaries = {"vllm": env_dir / "engine" / "bin" / "vllm"}
     timings: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
+        log_dir = stack.enter_context(_logs_in_memory(log_dir))
+        stack.enter_context(_shared_memory_released())
         engines = []
         started = time.monotonic()
         for role in Role:
@@ -461,6 +563,7 @@ def real_stack(log_dir: Path) -> Iterator[RealStack]:
             decode.metrics_text(), "vllm:prompt_tokens_by_source_total", source="external_kv_transfer"
         )
         spec = LoadSpec()
+        warm_up(router_url, model, spec, WARM_UP_REQUESTS)
         config = spec.inference_perf_config(router_url, model, log_dir / "inference-perf")
         sessions = {str(e.role): e.running.popen.pid for e in engines}  # each was started in its own
         idle_from = {role: session_cpu_seconds(sid) for role, sid in sessions.items()}

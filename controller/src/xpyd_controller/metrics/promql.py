@@ -74,8 +74,8 @@ class RouterMetrics:
     requests: Sequence[str]  # counter of requests the router served
     ttft: Sequence[str]  # histogram of time to first token on the users' clock (base name)
     # histogram (base name) of the time from the router taking a request until decode's response
-    # starts: prefill's whole leg with the hops around it. Its mean less prefill's mean TTFT is the
-    # time the engines' clocks miss (HTTP in and out of prefill, the router's own work).
+    # starts: prefill's whole leg with the hops around it, and decode's first step where decode's API
+    # process answers late. Its mean less prefill's mean TTFT is the time outside prefill's clock.
     until_decode_responds: Sequence[str] = ()
 
 
@@ -178,8 +178,11 @@ def _two_legs(prefill_leg: Sequence[str], decode_leg: Sequence[str], scope: Scop
 def _ttft(engine: MetricNames, router: RouterMetrics | None, scope: Scope) -> str:
     """TTFT on the users' clock: the router's where it exports one. Else, for engines whose decode
     gets the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull)
-    combined as two independent legs, plus the mean time the router saw outside prefill's clock where
-    the router exports how long prefill's leg took. Without prefill TTFT samples in the window (an
+    combined as two independent legs; where the router exports how long it took until decode's response
+    started, the larger of the legs and prefill's p90 shifted by the router's mean time outside prefill's
+    clock. A user waits for the later of the two: the router's clock holds prefill's whole leg and the
+    hops, and decode's TTFT runs from decode's arrival, so it lies inside the router's clock when decode's
+    API process is slow to answer and after it when not. Without prefill TTFT samples in the window (an
     engine that records the users' TTFT on decode, as xpyd's simulator does) decode's alone; `>= 0`
     drops the NaN an empty histogram gives, so `or` falls through to the next alternative."""
     decode = _quantile(engine.ttft, scope, Role.DECODE)
@@ -187,11 +190,10 @@ def _ttft(engine: MetricNames, router: RouterMetrics | None, scope: Scope) -> st
     if engine.ttft_prefill_leg and decode:
         legs = _two_legs(engine.ttft_prefill_leg, engine.ttft, scope)
         if router and router.until_decode_responds:
-            router_leg = _mean(router.until_decode_responds, scope, None)
-            outside = (
-                f"clamp_min(({router_leg}) - ({_mean(engine.ttft_prefill_leg, scope, Role.PREFILL)}), 0)"
-            )
-            alternatives.append(f"(({legs}) + {outside}) >= 0")
+            prefill_mean = _mean(engine.ttft_prefill_leg, scope, Role.PREFILL)
+            outside = f"clamp_min(({_mean(router.until_decode_responds, scope, None)}) - ({prefill_mean}), 0)"
+            routed = f"({_quantile(engine.ttft_prefill_leg, scope, Role.PREFILL)}) + {outside}"
+            alternatives.append(f"(({legs}) + clamp_min(({routed}) - ({legs}), 0)) >= 0")  # max(legs, routed)
         alternatives.append(f"({legs}) >= 0")
     alternatives.append(decode)
     return _either([query for query in alternatives if query])
