@@ -54,6 +54,7 @@ class DemoSettings:
     rate_window_s: float = 20.0  # the controller's window behind rates and quantiles
     interval_s: float = 5.0  # spec.autoscaling.intervalSeconds
     scale_down_window_s: float = 15.0
+    scale_down_period_s: float = 15.0  # a pool shrinks by one instance per this (60 s would outlast a phase)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -108,6 +109,7 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
                 "prometheus": {"url": prometheus_url},
                 "scaleUpWindowSeconds": 0,
                 "scaleDownWindowSeconds": settings.scale_down_window_s,
+                "scaleDownPeriodSeconds": settings.scale_down_period_s,
                 "gpuBudget": 8,
             },
         },

@@ -37,6 +37,7 @@ SETTINGS = DemoSettings(
     rate_window_s=15.0,
     interval_s=3.0,
     scale_down_window_s=6.0,
+    scale_down_period_s=6.0,
     seed=3,
 )
 

@@ -1,5 +1,6 @@
 """A PDDeployment spec → the policy's context: the request flow follows the engine and the router; the
-GPU's efficiencies come from the spec, a confident online calibration or the preset."""
+autoscaling windows and periods become knobs; the GPU's efficiencies come from the spec, a confident
+online calibration or the preset."""
 
 from __future__ import annotations
 
@@ -27,6 +28,16 @@ def test_request_flow_follows_engine_and_router(engine: str, router: str, flow: 
         model={"preset": "llama-3.1-8b"}, engine={"type": engine}, router={"type": router, "image": "r:1"}
     )
     assert policy_context(spec).request_flow == flow
+
+
+def test_the_autoscaling_windows_and_the_scale_down_period_become_the_policy_knobs() -> None:
+    spec = make_spec(
+        model={"preset": "llama-3.1-8b"},
+        autoscaling={"scaleDownWindowSeconds": 6, "scaleDownPeriodSeconds": 6, "tolerance": 0.2},
+    )
+    knobs = policy_context(spec).knobs
+    assert (knobs["down_window_s"], knobs["down_period_s"], knobs["tolerance"]) == (6, 6, 0.2)
+    assert policy_context(make_spec(model={"preset": "llama-3.1-8b"})).knobs["down_period_s"] == 60
 
 
 def _fit(mfu: float | None, mbu: float | None, samples: int = MIN_SAMPLES) -> OnlineCalibration:

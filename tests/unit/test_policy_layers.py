@@ -56,7 +56,7 @@ def test_stabilizer_up_window_needs_a_sustained_rise() -> None:
         (ScalingBehavior(down_instances=1, down_percent=10), [(0, 5, 1)], [(4, "ScaleDownRateLimited")]),
         # steps inside one period do not compound: the base is the period's extreme
         (
-            ScalingBehavior(up_instances=2, up_percent=0, rate_period_s=60),
+            ScalingBehavior(up_instances=2, up_percent=0, up_period_s=60),
             [(0, 4, 100), (30, 6, 100), (61, 6, 100)],
             [(6, "ScaleUpRateLimited"), (6, "ScaleUpRateLimited"), (8, "ScaleUpRateLimited")],
         ),

@@ -292,6 +292,27 @@ def test_a_surplus_pool_releases_instances_for_conversion_at_once() -> None:
     assert "DecodeAboveNeed" in decision.reasons and "DecodeReleasedForConversion" in decision.reasons
 
 
+@pytest.mark.parametrize(
+    ("later_s", "decode", "changes", "released"),
+    [
+        (15, 0, {"tpot_p90_s": 0.12}, False),  # a latency blip on decode: prefill keeps what it took
+        (300, 0, {"tpot_p90_s": 0.12}, True),  # one down window later it may give back
+        (15, -1, {}, True),  # decode below its model floor: the mix really reversed
+    ],
+)
+def test_a_pool_keeps_converted_instances_for_one_down_window_unless_the_mix_reversed(
+    later_s: float, decode: int, changes: dict[str, Any], released: bool
+) -> None:
+    x, y = floor(20.0)
+    scaler = policy(tolerance=0.5)  # a band wide enough to keep prefill's x + 1 unless released
+    assert "DecodeReleasedForConversion" in scaler.decide(observe(0, x - 2, y + 3), Limits()).reasons
+    decision = scaler.decide(observe(later_s, x + 1, y + decode, **changes), Limits())
+    assert decision.details["prefill_down_target"] >= x + 1
+    assert ("PrefillReleasedForConversion" in decision.reasons) is released
+    assert ("PrefillKeepsConvertedInstances" in decision.reasons) is not released
+    assert decision.prefill == (x if released else x + 1)
+
+
 def test_no_release_between_pools_of_different_width() -> None:
     wide = dataclasses.replace(CONTEXT, decode_gpus_per_instance=2)
     scaler = make_policy("xpyd", wide)

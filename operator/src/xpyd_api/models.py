@@ -204,6 +204,7 @@ class AutoscalingSpec(_Model):
     prometheus: PrometheusRef | None = None
     scale_up_window_seconds: float = Field(default=0.0, ge=0)
     scale_down_window_seconds: float = Field(default=300.0, ge=0)
+    scale_down_period_seconds: float = Field(default=60.0, ge=1, le=1800)
     tolerance: float = Field(default=0.1, ge=0, le=1)
     gpu_budget: int | None = Field(default=None, ge=0)
 

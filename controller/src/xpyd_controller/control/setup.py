@@ -104,6 +104,7 @@ def policy_context(spec: PDDeploymentSpec) -> PolicyContext:
         knobs={
             "up_window_s": autoscaling.scale_up_window_seconds,
             "down_window_s": autoscaling.scale_down_window_seconds,
+            "down_period_s": autoscaling.scale_down_period_seconds,
             "tolerance": autoscaling.tolerance,
         },
     )

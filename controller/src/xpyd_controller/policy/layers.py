@@ -73,7 +73,8 @@ class ScalingBehavior:
     up_percent: float = 100.0
     down_instances: int = 1
     down_percent: float = 10.0
-    rate_period_s: float = 60.0
+    up_period_s: float = 60.0  # the period of the scale-up limit
+    down_period_s: float = 60.0  # the scale-down limit's (spec.autoscaling.scaleDownPeriodSeconds)
 
     def check_behavior(self, policy: str) -> None:
         for name in (
@@ -85,7 +86,8 @@ class ScalingBehavior:
             "down_percent",
         ):
             require_in(policy, name, getattr(self, name), 0)
-        require_in(policy, "rate_period_s", self.rate_period_s, 0, open_low=True)
+        for name in ("up_period_s", "down_period_s"):
+            require_in(policy, name, getattr(self, name), 0, open_low=True)
 
     def layers(self, prefill_gpus: int, decode_gpus: int) -> ScalingLayers:
         return ScalingLayers(self, prefill_gpus, decode_gpus)
@@ -94,28 +96,31 @@ class ScalingBehavior:
 @dataclass
 class RateLimiter:
     """Caps movement relative to the pool's size at the start of the period (its extreme over the
-    period), so several steps inside one period do not compound."""
+    period), so several steps inside one period do not compound. Up and down have their own periods."""
 
     limit: ScalingBehavior
     _history: deque[tuple[float, int]] = field(default_factory=deque)
 
     def apply(self, time_s: float, current: int, desired: int) -> tuple[int, str]:
-        while self._history and self._history[0][0] <= time_s - self.limit.rate_period_s:
+        longest = max(self.limit.up_period_s, self.limit.down_period_s)
+        while self._history and self._history[0][0] <= time_s - longest:
             self._history.popleft()
         self._history.append((time_s, current))
-        recent = [count for _, count in self._history]
         result, reason = desired, ""
         if desired > current:
-            base = min(recent)
+            base = min(self._within(time_s, self.limit.up_period_s))
             cap = base + max(self.limit.up_instances, math.ceil(base * self.limit.up_percent / 100))
             if desired > cap:
                 result, reason = max(cap, current), "ScaleUpRateLimited"
         elif desired < current:
-            base = max(recent)
+            base = max(self._within(time_s, self.limit.down_period_s))
             cap = base - max(self.limit.down_instances, math.floor(base * self.limit.down_percent / 100))
             if desired < cap:
                 result, reason = min(cap, current), "ScaleDownRateLimited"
         return result, reason
+
+    def _within(self, time_s: float, period_s: float) -> list[int]:
+        return [count for t, count in self._history if t > time_s - period_s]
 
 
 @dataclass

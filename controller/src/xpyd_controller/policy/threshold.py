@@ -27,7 +27,8 @@ class ThresholdConfig(ScalingBehavior):
     decode_running_target: float = 0.0  # running requests per decode instance; > 0 replaces the KV target
     tolerance: float = 0.1
     down_percent: float = 100.0  # the HPA's default scale-down policy: 100 % per 15 s
-    rate_period_s: float = 15.0
+    up_period_s: float = 15.0
+    down_period_s: float = 15.0
 
     def __post_init__(self) -> None:
         self.check_behavior("threshold")

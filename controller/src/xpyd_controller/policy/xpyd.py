@@ -65,7 +65,9 @@ class XpydConfig(ScalingBehavior):
     ttft_quantile: float = 0.99  # size prefill so this quantile of TTFT (with queueing) meets the SLO
     context_quantile: float = 0.0  # > 0: size decode batches so their KV fits with this probability
     tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
-    length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
+    # time constant of the moving average of lengths and hit rate; None = down_window_s (the time a
+    # change must last before the pools shrink for it, so a compressed deployment forgets as fast)
+    length_smoothing_s: float | None = None
     in_flight_timeout_s: float = 600.0
     latency_feedback: float = 1.0  # measured p90 above this × SLO adds one instance over the floor; 0 = off
     decode_kv_full: float = 0.95  # a TTFT miss at this decode KV usage or above is decode's; 0 = prefill's
@@ -86,8 +88,13 @@ class XpydConfig(ScalingBehavior):
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
         if self.latency_feedback != 0:
             require_in("xpyd", "latency_feedback", self.latency_feedback, 1)
-        for name in ("remote_overhead_s", "transfer_budget_s", "length_smoothing_s"):
+        for name in ("remote_overhead_s", "transfer_budget_s"):
             require_in("xpyd", name, getattr(self, name), 0)
+        require_in("xpyd", "length_smoothing_s", self.smoothing_s, 0)
+
+    @property
+    def smoothing_s(self) -> float:
+        return self.down_window_s if self.length_smoothing_s is None else self.length_smoothing_s
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,8 @@ class XpydPolicy:
         )
         self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
-        self._lengths = _Smoothed(config.length_smoothing_s)
+        self._lengths = _Smoothed(config.smoothing_s)
+        self._converted_into: tuple[float, int] | None = None  # (time, pool) of the last release
 
     def use_gpu(self, gpu: GpuSpec) -> None:
         """Size with these efficiencies from the next decision on; every window and guard is kept."""
@@ -157,7 +165,8 @@ class XpydPolicy:
         """What to size for, or the CamelCase reason why there is nothing trustworthy to size for.
 
         The rate is the window's own (so a step is seen at once); lengths and the hit rate drift slowly
-        and are noisy in a short window, so they are smoothed over `length_smoothing_s`.
+        and are noisy in a short window, so they are smoothed over `length_smoothing_s` (by default the
+        down window).
         """
         rate = observation.arrival_rate
         if rate is None or not math.isfinite(rate) or rate < 0:
@@ -279,7 +288,12 @@ class XpydPolicy:
                 max(0, min(want, high) - got) if layered.bound == "gpu_budget" and not hold else 0
                 for want, high, got, hold in zip(recommended, maxima, decided, held, strict=True)
             ]
-            reasons.append(_release_for_conversion(supply, keep, decided, held, limits, denied=denied))
+            released = _release_for_conversion(
+                supply, keep, decided, held, limits, denied=denied, frozen=self._kept(time_s, supply, floors)
+            )
+            if released.endswith("ReleasedForConversion"):
+                self._converted_into = (time_s, 0 if released.startswith("Decode") else 1)
+            reasons.append(released)
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -287,6 +301,22 @@ class XpydPolicy:
             reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
             details=details,
         )
+
+    def _kept(self, time_s: float, supply: list[int], floors: tuple[int, int]) -> int | None:
+        """The pool that may not give instances back by conversion now, if any.
+
+        Releasing for conversion skips the down window; right after a conversion that would let the
+        instances flap back on a latency blip (P→D, then D→P 20 s later). So a pool that took instances by
+        conversion keeps them for one down window, unless the pool they came from is below its model
+        floor: the mix has really reversed.
+        """
+        if self._converted_into is None:
+            return None
+        since, taker = self._converted_into
+        giver = 1 - taker
+        if time_s - since >= self.config.down_window_s or supply[giver] < floors[giver]:
+            return None
+        return taker
 
     def _blame_latency_misses(self, observation: Observation) -> dict[int, str]:
         """Pool index → reason, for each measured p90 above `latency_feedback` × SLO (model too optimistic).
@@ -365,6 +395,7 @@ def _release_for_conversion(
     limits: Limits,
     *,
     denied: list[int],
+    frozen: int | None = None,
 ) -> str:
     """Let a pool with a surplus give instances to a pool that grows now, instead of after its window.
 
@@ -378,12 +409,15 @@ def _release_for_conversion(
 
     `denied` is growth per pool that the GPU budget trimmed away: with the budget spent, the growing
     pool gets exactly what the other releases (so the total never exceeds what the budget allowed).
+    The `frozen` pool releases nothing (`XpydPolicy._kept`).
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, shrink, role in ((0, 1, "Decode"), (1, 0, "Prefill")):
         growth = max(0, decided[grow] - supply[grow]) + denied[grow]
         surplus = min(decided[shrink], supply[shrink]) - max(keep[shrink], minimums[shrink])
         if growth > 0 and surplus > 0 and not held[shrink]:
+            if shrink == frozen:
+                return f"{role}KeepsConvertedInstances"
             moves = min(growth, surplus)
             decided[shrink] = min(decided[shrink], supply[shrink]) - moves
             decided[grow] += min(moves, denied[grow])
