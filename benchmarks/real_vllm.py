@@ -94,7 +94,7 @@ def main() -> int:
         f"| KV transfer (vllm:nixl_xfer_time_seconds), mean per request | {xfer_s * 1000:.1f} ms for "
         f"{xfer_bytes / 1024:.0f} KiB |",
         "",
-        "The machine was shared with other builds and tests (load average near 30 on 2 cores): the latencies are CPU starvation, not the model (one engine alone on a quiet core decodes at ~80 tok/s, see the real-data-plane note); the comparisons within the run hold. An idle NIXL worker busy-polls (0.45-0.53 of a core in a run without nice; less when a loaded machine gives it less).",
+        "The machine was shared with other builds and tests (1-min load average 20-30 on 2 cores): the latencies are CPU starvation, not the model (one engine alone on a quiet core decodes at ~80 tok/s, see the real-data-plane note); the comparisons within the run hold. An idle NIXL worker busy-polls (0.45-0.53 of a core in a run without nice; less when a loaded machine gives it less).",
         "",
         "Environment (`hack/vllm-env`, cached in ~/.cache/xpyd/vllm-cpu-…): cold 5 min 48 s with an empty "
         "download cache (vLLM venv 6.2 GB incl. CUDA torch and nvidia wheels, inference-perf venv 0.5 GB, "
