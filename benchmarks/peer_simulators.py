@@ -85,7 +85,8 @@ def run_xpyd(row: Row, trace: Trace) -> dict[str, float]:
     config = SimConfig(SEED_HARDWARE, Fleet("disagg", row.prefill, row.decode), slo=SEED_SLO)
     raw = run_events(config, trace, None, None)
     multi = trace.output_tokens > 1
-    return percentiles(raw.first_token_s - trace.arrival_s, time_per_output_token(trace, raw)[multi])
+    ttft = np.asarray(raw.first_token_s) - trace.arrival_s
+    return percentiles(ttft, np.asarray(time_per_output_token(trace, raw))[multi])
 
 
 def write_profile(path: Path, max_prompt: int, max_batch: int) -> None:

@@ -13,9 +13,12 @@ from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESE
 from xpyd_controller.model.roofline import (
     attention_factor,
     decode_step_seconds,
+    decode_step_times,
     kv_bytes_per_token,
     kv_transfer_seconds,
+    kv_transfer_times,
     prefill_seconds,
+    prefill_times,
 )
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
 
@@ -140,3 +143,24 @@ def test_invalid_specs_name_field_value_and_rule(build: object, field: str) -> N
     assert caught.value.field == field
     assert str(caught.value).startswith(f"{field} = ")
     assert caught.value.rule
+
+
+@pytest.mark.parametrize("hidden_size", [None, 4096])
+def test_the_list_roofline_is_the_vectorised_one_to_the_bit(hidden_size: int | None) -> None:
+    """The event loop times requests with the `*_times` functions (no numpy); the tables were measured
+    with the vectorised ones."""
+    model = ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128, hidden_size=hidden_size)
+    gpu, link = GpuSpec(990e12, 3.35e12, 80e9, mfu=0.43, mbu=0.71), LinkSpec(50e9, 2e-3)
+    tokens = np.arange(1.0, 20_000.0, 7.0)
+    for gpus in (1, 4):
+        vectorised = prefill_seconds(model, gpu, tokens, gpus=gpus).tolist()
+        assert prefill_times(model, gpu, tokens.tolist(), gpus) == vectorised
+        for context, overhead in ((0.0, 5e-3), (1408.0, 0.0)):
+            steps = decode_step_seconds(
+                model, gpu, np.arange(600.0), context, gpus=gpus, step_overhead=overhead
+            )
+            listed = decode_step_times(model, gpu, range(600), context, gpus=gpus, step_overhead=overhead)
+            assert listed == steps.tolist()
+    assert (
+        kv_transfer_times(model, link, tokens.tolist()) == kv_transfer_seconds(model, link, tokens).tolist()
+    )

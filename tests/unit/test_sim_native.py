@@ -67,7 +67,9 @@ def test_static_fleets_run_identically(realism: Realism, mode: str, prefill: int
     config = SimConfig(SEED_HARDWARE, Fleet(mode, prefill, decode), realism, SEED_SLO)  # type: ignore[arg-type]
     requests = seed_requests(20.0, count=2000, seed=5)
     if realism.prefix_cache:
-        requests = dataclasses.replace(requests, prefix_hit_tokens=requests.prompt_tokens // 3)
+        requests = Trace(
+            requests.arrival_s, requests.prompt_tokens, requests.output_tokens, requests.prompt_tokens // 3
+        )
     assert_same_run(engine.run_events(config, requests), native.compiled_run_events()(config, requests))
 
 

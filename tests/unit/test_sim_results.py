@@ -165,3 +165,15 @@ def test_window_oracle_scales_ahead_of_the_step_and_static_takes_the_peak() -> N
     static = make_oracle("oracle-static", trace, config).decide(observation_at(0.0), limits)
     assert static.prefill == int(plan.prefill.max())
     assert static.decode == int(plan.decode.max())
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 10, 6000])
+@pytest.mark.parametrize("nan_every", [0, 7, 1])
+def test_the_python_percentile_is_the_numpy_one(size: int, nan_every: int) -> None:
+    """Short samples are sorted in Python (no numpy for a seed row), long ones partitioned by numpy."""
+    values = np.random.default_rng(size).exponential(size=size)
+    if nan_every:
+        values[::nan_every] = math.nan
+    for q in (0.0, 0.5, 0.9, 0.99, 1.0):
+        listed, arrayed = seed_percentile(values.tolist(), q), seed_percentile(values, q)
+        assert listed == arrayed or (math.isnan(listed) and math.isnan(arrayed))

@@ -61,9 +61,23 @@ def test_trace_arrays_are_read_only() -> None:
         (([0.0], [10], [1], [-1]), r"prefix_hit_tokens\[0\] = -1"),
     ],
 )
-def test_trace_rejects_bad_columns(columns: tuple[list[float], ...], message: str) -> None:
+@pytest.mark.parametrize("as_arrays", [True, False], ids=["numpy", "lists"])
+def test_trace_rejects_bad_columns(columns: tuple[list[float], ...], message: str, as_arrays: bool) -> None:
+    """Arrays are checked vectorised, lists in Python (no numpy): the same rules, the same messages."""
     with pytest.raises(TraceError, match=message):
-        Trace(*(np.asarray(c) for c in columns))  # type: ignore[arg-type]
+        Trace(*(np.asarray(c) if as_arrays else c for c in columns))  # type: ignore[arg-type]
+
+
+def test_a_list_built_trace_is_the_array_built_one() -> None:
+    columns = ([0.0, 0.5, 0.5, 2.25], [10, 20, 30, 40], [1, 2, 3, 4], [0, 5, 0, 40])
+    from_lists, from_arrays = Trace(*columns), Trace(*(np.asarray(c) for c in columns))
+    assert from_lists.columns == from_arrays.columns
+    for field in ("arrival_s", "prompt_tokens", "output_tokens", "prefix_hit_tokens"):
+        listed, arrayed = getattr(from_lists, field), getattr(from_arrays, field)
+        assert listed.dtype == arrayed.dtype and not listed.flags.writeable
+        np.testing.assert_array_equal(listed, arrayed)
+    assert list(from_lists) == list(from_arrays)
+    assert from_lists.duration_s == from_arrays.duration_s == 2.25
 
 
 def test_time_scale_and_window() -> None:

@@ -14,7 +14,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,6 @@ from xpyd_api.errors import InputError
 from xpyd_controller.model.explain import explain, format_bytes, format_seconds, value_at
 from xpyd_controller.model.presets import GPU_CALIBRATION, GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.resolve import PresetError, resolve_gpu, resolve_link, resolve_model
-from xpyd_controller.model.roofline import FloatArray, Numeric
 from xpyd_controller.model.sizing import Plan, PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
 
@@ -63,6 +62,9 @@ MODEL_FLAGS = (
     "rope_dim",
     "active_params",
 )
+
+if TYPE_CHECKING:
+    from xpyd_controller.model.roofline import FloatArray, Numeric
 GPU_FLAGS = ("peak_flops", "hbm_bandwidth", "hbm_bytes", "mfu", "mbu")
 
 

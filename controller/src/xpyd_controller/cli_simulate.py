@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     started = time.perf_counter()
     last_report = [started]
-    horizon = float(trace.arrival_s[-1])
+    horizon = trace.duration_s
 
     def progress(sim_time: float, done: int, total: int) -> None:
         now = time.perf_counter()

@@ -14,12 +14,15 @@ used for sizing only once enough of them agree on a value in (0, 1] (`Fitted.con
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
 
-from xpyd_controller.model.roofline import FloatArray, Numeric, attention_factor
+from xpyd_controller.model.roofline import attention_factor
 from xpyd_controller.model.specs import GpuSpec, ModelSpec, SpecError, require_positive
+
+if TYPE_CHECKING:
+    from xpyd_controller.model.roofline import FloatArray, Numeric
 
 
 def mfu_from_prefill(

@@ -15,10 +15,14 @@ size `x₀ = ⌊a⌋ + 1` (the terms fall off like exp(−k²/2a), so ~8√a ter
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
-from xpyd_controller.model.roofline import FloatArray, Numeric
+if TYPE_CHECKING:
+    from xpyd_controller.model.roofline import FloatArray, Numeric
+
 
 IntArray = npt.NDArray[np.int64]
 

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Literal, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar, get_args
 
 import numpy as np
 import numpy.typing as npt
 
 from xpyd_controller.model.queueing import IntArray, mean_wait, min_servers_for_wait_quantile
 from xpyd_controller.model.roofline import (
-    FloatArray,
-    Numeric,
     attention_factor,
     decode_step_seconds,
     kv_transfer_seconds,
@@ -49,6 +47,9 @@ from xpyd_controller.model.specs import (
     require_non_negative,
     require_positive,
 )
+
+if TYPE_CHECKING:
+    from xpyd_controller.model.roofline import FloatArray, Numeric
 
 BoolArray = npt.NDArray[np.bool_]
 LabelArray = npt.NDArray[np.object_]  # Python str per scenario (object arrays: cheap to fill at 10^6)

@@ -1,18 +1,23 @@
 """Typed hardware and model descriptions the capacity model computes with.
 
 All quantities are SI: bytes, bytes/s, FLOP/s, seconds. Specs are frozen and validated once at
-construction, so the vectorised formulas downstream never re-check them.
+construction, so the vectorised formulas downstream never re-check them. A spec's fields are plain
+numbers, checked without numpy (`xpyd simulate` on the seed's trace never imports it); the `require*`
+functions also take arrays (the sizing layer's sweeps) and return them as float arrays.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from xpyd_api.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 
 class SpecError(InputError):
@@ -26,6 +31,8 @@ def require(
     field: str, value: object, rule: str, ok: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]]
 ) -> npt.NDArray[np.float64]:
     """`value` (a number or an array) as a float array, or a SpecError naming the first bad element."""
+    import numpy as np
+
     try:
         array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -39,17 +46,38 @@ def require(
 
 def require_positive(field: str, value: object) -> npt.NDArray[np.float64]:
     """Reject NaN, infinities, zero and negatives."""
+    import numpy as np
+
     return require(field, value, "must be a finite number > 0", lambda a: np.isfinite(a) & (a > 0))
 
 
 def require_non_negative(field: str, value: object) -> npt.NDArray[np.float64]:
     """Reject NaN, infinities and negatives (zero allowed)."""
+    import numpy as np
+
     return require(field, value, "must be a finite number >= 0", lambda a: np.isfinite(a) & (a >= 0))
 
 
 def require_fraction(field: str, value: object) -> npt.NDArray[np.float64]:
     """Efficiencies are fractions of a peak: 0 < value <= 1."""
     return require(field, value, "must be in (0, 1]", lambda a: (a > 0) & (a <= 1))
+
+
+# A spec's fields are plain numbers: checked without numpy (a good one never reaches `require`),
+# anything else (or a bad value) by `require_*`, so the rule and the message are the same.
+def check_positive(field: str, value: object) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        require_positive(field, value)
+
+
+def check_non_negative(field: str, value: object) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        require_non_negative(field, value)
+
+
+def check_fraction(field: str, value: object) -> None:
+    if not (isinstance(value, int | float) and 0 < value <= 1):
+        require_fraction(field, value)
 
 
 @dataclass(frozen=True)
@@ -76,7 +104,7 @@ class ModelSpec:
     active_params: float | None = None
 
     def __post_init__(self) -> None:
-        require_positive("params", self.params)
+        check_positive("params", self.params)
         if not (isinstance(self.layers, int) and self.layers > 0):
             raise SpecError("layers", self.layers, "must be an integer > 0")
         if (self.kv_latent_dim is None) != (self.rope_dim is None):
@@ -95,14 +123,14 @@ class ModelSpec:
                 raise SpecError(name, value, "must be an integer > 0")
         if self.hidden_size is not None and not (isinstance(self.hidden_size, int) and self.hidden_size > 0):
             raise SpecError("hidden_size", self.hidden_size, "must be an integer > 0 or unknown (None)")
-        require_positive("kv_bytes", self.kv_bytes)
-        require_positive("weight_bytes", self.weight_bytes)
+        check_positive("kv_bytes", self.kv_bytes)
+        check_positive("weight_bytes", self.weight_bytes)
         for name in ("kv_latent_dim", "rope_dim"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise SpecError(name, value, "must be an integer > 0")
         if self.active_params is not None:
-            require_positive("active_params", self.active_params)
+            check_positive("active_params", self.active_params)
             if self.active_params > self.params:
                 raise SpecError("active_params", self.active_params, f"must be <= params ({self.params:g})")
 
@@ -151,11 +179,11 @@ class GpuSpec:
     mbu: float = 1.0
 
     def __post_init__(self) -> None:
-        require_positive("peak_flops", self.peak_flops)
-        require_positive("hbm_bandwidth", self.hbm_bandwidth)
-        require_positive("hbm_bytes", self.hbm_bytes)
-        require_fraction("mfu", self.mfu)
-        require_fraction("mbu", self.mbu)
+        check_positive("peak_flops", self.peak_flops)
+        check_positive("hbm_bandwidth", self.hbm_bandwidth)
+        check_positive("hbm_bytes", self.hbm_bytes)
+        check_fraction("mfu", self.mfu)
+        check_fraction("mbu", self.mbu)
 
     @property
     def effective_flops(self) -> float:
@@ -176,5 +204,5 @@ class LinkSpec:
     overhead: float = 0.0
 
     def __post_init__(self) -> None:
-        require_positive("bandwidth", self.bandwidth)
-        require_non_negative("overhead", self.overhead)
+        check_positive("bandwidth", self.bandwidth)
+        check_non_negative("overhead", self.overhead)

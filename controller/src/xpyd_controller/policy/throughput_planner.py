@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from xpyd_controller.model.roofline import FloatArray, decode_step_seconds, prefill_seconds
+from xpyd_controller.model.roofline import decode_step_seconds, prefill_seconds
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
 from xpyd_controller.policy.limits import clamp, validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
+
+if TYPE_CHECKING:
+    from xpyd_controller.model.roofline import FloatArray
 
 PROFILE_TOKENS = np.geomspace(64, 262_144, 49)  # the ISL / context grid the "profiler" measures
 

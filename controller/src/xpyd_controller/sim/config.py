@@ -10,14 +10,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
-
 from xpyd_api.errors import InputError
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 
 Mode = Literal["colocated", "disagg"]
-FloatArray = npt.NDArray[np.float64]
 
 
 class SimConfigError(InputError):

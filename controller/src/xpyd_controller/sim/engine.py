@@ -20,15 +20,14 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from itertools import accumulate
 from typing import Any, Final
-
-import numpy as np
 
 from xpyd_api.names import Role
 from xpyd_api.resize import Member, resize
-from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
+from xpyd_controller.model.roofline import decode_step_times, kv_transfer_times, prefill_times
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
-from xpyd_controller.sim.config import FloatArray, SimConfig, SimConfigError
+from xpyd_controller.sim.config import SimConfig, SimConfigError
 from xpyd_controller.sim.stats import gap_bin
 from xpyd_controller.sim.traces import Trace
 
@@ -165,9 +164,9 @@ class PoolSample:
 class RawRun:
     """Everything one run produced, before summarising: per-request records and fleet samples."""
 
-    first_token_s: FloatArray
-    finish_s: FloatArray
-    max_gap_s: FloatArray
+    first_token_s: list[float]
+    finish_s: list[float]
+    max_gap_s: list[float]
     gap_histogram: dict[int, int]
     end_s: float
     gpu_seconds: float
@@ -195,23 +194,24 @@ class _Simulation:
         hw, real = config.hardware, config.realism
         self.disagg = config.fleet.mode == "disagg"
         self.n = n = len(requests)
-        self.arrival = requests.arrival_s.astype(np.float64).tolist()
+        # Per-request columns as Python lists (the loop indexes them), timed by the roofline's list
+        # functions: no numpy here, so a trace drawn in Python (the seed's) runs without loading it.
+        columns = requests.columns
+        self.arrival: list[float] = list(columns.arrival_s)
         self.requests = requests  # its arrays give the policy's windowed length percentiles
-        self.output = requests.output_tokens.astype(np.int64).tolist()
-        prompt = requests.prompt_tokens.astype(np.float64)
-        hits = requests.prefix_hit_tokens.astype(np.float64) if real.prefix_cache else 0.0
-        uncached = prompt - hits
-        self.uncached = uncached.tolist()
+        self.output: list[int] = list(columns.output_tokens)
+        prompt = [float(tokens) for tokens in columns.prompt_tokens]
+        hits = columns.prefix_hit_tokens if real.prefix_cache else (0,) * n
+        self.uncached = uncached = [p - h for p, h in zip(prompt, hits, strict=True)]
         width = hw.gpus_per_instance
-        prefill = prefill_seconds(hw.model, hw.gpu, uncached, gpus=width)
-        self.prefill_s = prefill.tolist()
-        self.chunk_s = (prefill / hw.prefill_chunks).tolist()
-        xfer = kv_transfer_seconds(hw.model, hw.link, prompt)
-        self.xfer_s = xfer.tolist()
-        self.xfer_tail_s = ((xfer - hw.link.overhead) / hw.model.layers + hw.link.overhead).tolist()
-        self.kv_bytes = (prompt * hw.model.kv_bytes_per_token).tolist()
-        self.kv_need = (requests.prompt_tokens + requests.output_tokens).astype(np.int64).tolist()
-        self.ctx = (prompt + requests.output_tokens / 2.0).tolist()
+        model, link = hw.model, hw.link
+        self.prefill_s = prefill_times(model, hw.gpu, uncached, width)
+        self.chunk_s = [seconds / hw.prefill_chunks for seconds in self.prefill_s]
+        self.xfer_s = kv_transfer_times(model, link, prompt)
+        self.xfer_tail_s = [(x - link.overhead) / model.layers + link.overhead for x in self.xfer_s]
+        self.kv_bytes = [p * model.kv_bytes_per_token for p in prompt]
+        self.kv_need = [p + o for p, o in zip(columns.prompt_tokens, self.output, strict=True)]
+        self.ctx = [p + o / 2.0 for p, o in zip(prompt, self.output, strict=True)]
         free_hbm = hw.gpu.hbm_bytes * width * real.kv_memory_fraction - hw.model.weight_footprint_bytes
         self.kv_cap_tokens = max(0, int(free_hbm / hw.model.kv_bytes_per_token))
         self.enforce_kv = real.kv_capacity
@@ -265,9 +265,9 @@ class _Simulation:
         self.link_last = 0.0
         self.link_flows: list[tuple[float, int]] = []
         self.link_version = 0
-        self.prefix_sum_prompt = np.concatenate(([0.0], np.cumsum(prompt))).tolist()
-        self.prefix_sum_output = np.concatenate(([0.0], np.cumsum(requests.output_tokens))).tolist()
-        self.prefix_sum_hits = np.concatenate(([0.0], np.cumsum(prompt - uncached))).tolist()
+        self.prefix_sum_prompt = [0.0, *accumulate(prompt)]
+        self.prefix_sum_output = [0.0, *(float(total) for total in accumulate(self.output))]
+        self.prefix_sum_hits = [0.0, *accumulate(p - u for p, u in zip(prompt, uncached, strict=True))]
         fleet = config.fleet
         for _ in range(fleet.prefill):
             self._add_ready(self._new_instance(PREFILL, READY, 0.0))
@@ -278,16 +278,15 @@ class _Simulation:
 
     def _step_table(self, bucket: int, size: int) -> list[float]:
         hw = self.cfg.hardware
-        batches = np.arange(size, dtype=np.float64)
         context = (bucket + 0.5) * _CONTEXT_BUCKET if self.kv_reads else 0.0
-        table: list[float] = decode_step_seconds(
+        table = decode_step_times(
             hw.model,
             hw.gpu,
-            batch=batches,
-            context_tokens=context,
+            range(size),
+            context,
             gpus=hw.gpus_per_instance,
             step_overhead=hw.step_overhead_s,
-        ).tolist()
+        )
         self.step_tables[bucket] = table
         return table
 
@@ -692,7 +691,7 @@ class _Simulation:
             decode_draining=counts[(DECODE, DRAINING)],
             prefill_queue=queued,
             decode_running=float(running),
-            decode_kv_usage=float(np.mean(kv)) if kv else 0.0,
+            decode_kv_usage=_numpy_mean(kv) if kv else 0.0,
             decode_waiting=waiting,
         )
 
@@ -715,6 +714,8 @@ class _Simulation:
                 mean_in = (self.prefix_sum_prompt[hi] - self.prefix_sum_prompt[lo]) / count
                 mean_out = (self.prefix_sum_output[hi] - self.prefix_sum_output[lo]) / count
                 hit_rate = (self.prefix_sum_hits[hi] - self.prefix_sum_hits[lo]) / (mean_in * count)
+                import numpy as np  # a policy is in the loop: it has loaded numpy already
+
                 p90_in = float(np.percentile(self.requests.prompt_tokens[lo:hi], 90))
                 p90_out = float(np.percentile(self.requests.output_tokens[lo:hi], 90))
             ttft = _window_p90(self.ttft_times, self.ttft_values, start, end)
@@ -871,9 +872,9 @@ class _Simulation:
             (end - i.created_s) * self.cfg.hardware.gpus_per_instance for i in self.instances
         )
         return RawRun(
-            first_token_s=np.asarray(self.first_token),
-            finish_s=np.asarray(self.finish),
-            max_gap_s=np.asarray(self.max_gap),
+            first_token_s=self.first_token,
+            finish_s=self.finish,
+            max_gap_s=self.max_gap,
             gap_histogram=self._folded_histogram(),
             end_s=end,
             gpu_seconds=gpu_seconds,
@@ -916,7 +917,43 @@ def _window_p90(times: list[float], values: list[float], start: float, end: floa
     lo, hi = bisect_left(times, start), bisect_left(times, end)
     if hi <= lo:
         return None
+    import numpy as np  # only a policy in the loop reads windowed percentiles
+
     return float(np.percentile(values[lo:hi], 90))
+
+
+def _numpy_mean(values: list[float]) -> float:
+    """`numpy.mean` to the last bit (its pairwise summation), without numpy: the decode KV usage
+    that policies read stays what the benchmark tables were measured with."""
+    return _pairwise_sum(values, 0, len(values)) / len(values)
+
+
+def _pairwise_sum(values: list[float], start: int, count: int) -> float:
+    """numpy's float64 pairwise sum of values[start:start + count]: sequential below 8 values,
+    8 interleaved partial sums up to 128, halves (at a multiple of 8) beyond."""
+    if count < 8:
+        total = 0.0
+        for i in range(start, start + count):
+            total += values[i]
+        return total
+    if count <= 128:
+        partial = values[start : start + 8]
+        end = start + count - count % 8
+        i = start + 8
+        while i < end:
+            for j in range(8):
+                partial[j] += values[i + j]
+            i += 8
+        total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + (
+            (partial[4] + partial[5]) + (partial[6] + partial[7])
+        )
+        while i < start + count:
+            total += values[i]
+            i += 1
+        return total
+    half = count // 2
+    half -= half % 8
+    return _pairwise_sum(values, start, half) + _pairwise_sum(values, start + half, count - half)
 
 
 def _window_mean(

@@ -1,14 +1,17 @@
-"""Summaries of a run: goodput, latency percentiles, GPU-hours, scaling activity and a time series."""
+"""Summaries of a run: goodput, latency percentiles, GPU-hours, scaling activity and a time series.
+
+Plain Python over the per-request lists (numpy only for percentiles of very large samples, see
+`seed_percentile`): a seed-table run never loads numpy.
+"""
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from xpyd_controller.sim.config import FloatArray, GoodputSlo
+from xpyd_controller.sim.config import GoodputSlo
 
 if TYPE_CHECKING:  # the compiled build runs; the source engine need not even load
     from xpyd_controller.sim.engine import RawRun
@@ -70,22 +73,30 @@ class SimResult:
 _DEFAULT_PER_TOKEN_BOUND_S = 0.1
 
 
-def time_per_output_token(requests: Trace, raw: RawRun) -> FloatArray:
+def time_to_first_token(requests: Trace, raw: RawRun) -> list[float]:
+    return [
+        first - arrival for first, arrival in zip(raw.first_token_s, requests.columns.arrival_s, strict=True)
+    ]
+
+
+def time_per_output_token(requests: Trace, raw: RawRun) -> list[float]:
     """Mean gap after the first token; 0 for single-token outputs (they have no gaps)."""
-    gaps = np.maximum(requests.output_tokens - 1, 1)
-    tpot: FloatArray = np.where(requests.output_tokens > 1, (raw.finish_s - raw.first_token_s) / gaps, 0.0)
-    return tpot
+    return [
+        (finish - first) / (tokens - 1) if tokens > 1 else 0.0
+        for finish, first, tokens in zip(
+            raw.finish_s, raw.first_token_s, requests.columns.output_tokens, strict=True
+        )
+    ]
 
 
-def good_mask(requests: Trace, raw: RawRun, slo: GoodputSlo) -> np.ndarray:
+def _good(ttft: list[float], tpot: list[float], raw: RawRun, slo: GoodputSlo) -> list[bool]:
     """Requests meeting TTFT and every per-token bound the SLO sets."""
-    ttft = raw.first_token_s - requests.arrival_s
-    good = ttft <= slo.ttft_s
+    good = [t <= slo.ttft_s for t in ttft]
     if slo.tpot_s is not None:
-        good &= time_per_output_token(requests, raw) <= slo.tpot_s
+        good = [g and t <= slo.tpot_s for g, t in zip(good, tpot, strict=True)]
     if slo.max_token_gap_s is not None:
-        good &= raw.max_gap_s <= slo.max_token_gap_s
-    return np.asarray(good)
+        good = [g and gap <= slo.max_token_gap_s for g, gap in zip(good, raw.max_gap_s, strict=True)]
+    return good
 
 
 def count_oscillations(raw: RawRun) -> int:
@@ -108,21 +119,23 @@ def count_oscillations(raw: RawRun) -> int:
 
 
 def summarise(requests: Trace, raw: RawRun, slo: GoodputSlo, series_interval_s: float = 60.0) -> SimResult:
-    ttft = raw.first_token_s - requests.arrival_s
+    ttft = time_to_first_token(requests, raw)
     tpot = time_per_output_token(requests, raw)
-    good = good_mask(requests, raw, slo)
+    good = _good(ttft, tpot, raw, slo)
     bound = slo.tpot_s or _DEFAULT_PER_TOKEN_BOUND_S
-    good_tpot = (ttft <= slo.ttft_s) & (tpot <= bound)
+    good_tpot = sum([t <= slo.ttft_s and p <= bound for t, p in zip(ttft, tpot, strict=True)])
     gap_bound = slo.max_token_gap_s or _DEFAULT_PER_TOKEN_BOUND_S
-    good_gap = (ttft <= slo.ttft_s) & (raw.max_gap_s <= gap_bound)
+    good_gap = sum([t <= slo.ttft_s and g <= gap_bound for t, g in zip(ttft, raw.max_gap_s, strict=True)])
     n = len(requests)
     gpu_hours = raw.gpu_seconds / 3600.0
-    multi = tpot[requests.output_tokens > 1]
+    outputs = requests.columns.output_tokens
+    multi = [p for p, tokens in zip(tpot, outputs, strict=True) if tokens > 1]
+    good_count = sum(good)
     return SimResult(
         requests=n,
-        goodput=float(good.mean()),
-        goodput_ttft_tpot=float(good_tpot.mean()),
-        goodput_max_gap=float(good_gap.mean()),
+        goodput=good_count / n,
+        goodput_ttft_tpot=good_tpot / n,
+        goodput_max_gap=good_gap / n,
         ttft_p50=seed_percentile(ttft, 0.5),
         ttft_p90=seed_percentile(ttft, 0.9),
         ttft_p99=seed_percentile(ttft, 0.99),
@@ -130,9 +143,9 @@ def summarise(requests: Trace, raw: RawRun, slo: GoodputSlo, series_interval_s: 
         tpot_p99=seed_percentile(multi, 0.99),
         tbt_p50=weighted_bin_percentile(raw.gap_histogram, 0.5),
         tbt_p99=weighted_bin_percentile(raw.gap_histogram, 0.99),
-        tokens_per_gpu_second=float(requests.output_tokens.sum()) / raw.gpu_seconds,
+        tokens_per_gpu_second=sum(outputs) / raw.gpu_seconds,
         gpu_hours=gpu_hours,
-        good_requests_per_gpu_hour=float(good.sum()) / gpu_hours,
+        good_requests_per_gpu_hour=good_count / gpu_hours,
         duration_s=raw.end_s,
         scale_ups=raw.scale_ups,
         scale_downs=raw.scale_downs,
@@ -147,21 +160,25 @@ def _series(
     requests: Trace,
     *,
     raw: RawRun,
-    ttft: FloatArray,
-    tpot: FloatArray,
-    good: np.ndarray,
+    ttft: list[float],
+    tpot: list[float],
+    good: list[bool],
     interval_s: float,
 ) -> tuple[SeriesPoint, ...]:
-    arrival = requests.arrival_s
-    horizon = float(arrival[-1])
-    sample_times = np.asarray([s.time_s for s in raw.samples])
+    arrival, prompts, outputs = (
+        requests.columns.arrival_s,
+        requests.columns.prompt_tokens,
+        requests.columns.output_tokens,
+    )
+    horizon = arrival[-1]
+    sample_times = [s.time_s for s in raw.samples]
     points = []
     for index in range(int(horizon // interval_s) + 1):
         start = index * interval_s
-        lo, hi = np.searchsorted(arrival, [start, start + interval_s])
-        at = int(np.searchsorted(sample_times, start + interval_s, side="right")) - 1
+        lo, hi = bisect_left(arrival, start), bisect_left(arrival, start + interval_s)
+        at = bisect_right(sample_times, start + interval_s) - 1
         sample = raw.samples[max(0, at)] if raw.samples else None
-        count = int(hi - lo)
+        count = hi - lo
         prefill = sample.prefill_ready if sample else 0
         decode = sample.decode_ready if sample else 0
         busy = (
@@ -178,8 +195,8 @@ def _series(
             SeriesPoint(
                 start_s=start,
                 arrival_rate=count / interval_s,
-                mean_input_tokens=float(requests.prompt_tokens[lo:hi].mean()) if count else math.nan,
-                mean_output_tokens=float(requests.output_tokens[lo:hi].mean()) if count else math.nan,
+                mean_input_tokens=sum(prompts[lo:hi]) / count if count else math.nan,
+                mean_output_tokens=sum(outputs[lo:hi]) / count if count else math.nan,
                 prefill_ready=prefill,
                 decode_ready=decode,
                 instances_paid=busy,
@@ -187,7 +204,7 @@ def _series(
                 ttft_p99_s=seed_percentile(ttft[lo:hi], 0.99),
                 tpot_p50_s=seed_percentile(tpot[lo:hi], 0.5),
                 tpot_p99_s=seed_percentile(tpot[lo:hi], 0.99),
-                goodput=float(good[lo:hi].mean()) if count else math.nan,
+                goodput=sum(good[lo:hi]) / count if count else math.nan,
             )
         )
     return tuple(points)

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from xpyd_controller.model.presets import DATASHEET_GPUS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.resolve import PresetError, resolve_gpu, resolve_link, resolve_model
@@ -47,21 +46,11 @@ from xpyd_controller.sim.config import (
     SimConfigError,
 )
 from xpyd_controller.sim.seed import SEED_ARRIVALS, SEED_HARDWARE, SEED_SLO, seed_requests
-from xpyd_controller.sim.traces import (
-    Diurnal,
-    LengthDistribution,
-    Trace,
-    TraceError,
-    UniformLengths,
-    diurnal,
-    empirical_lengths,
-    gamma_bursts,
-    load_trace,
-    mix_drift_day,
-    step,
-    synthesize,
-)
-from xpyd_controller.sim.traces.synthetic import DAY_S
+from xpyd_controller.sim.traces import Trace, TraceError
+from xpyd_controller.sim.traces.records import DAY_S
+
+if TYPE_CHECKING:
+    from xpyd_controller.sim.traces import LengthDistribution
 
 TRACE_DIR_ENV = "XPYD_TRACE_DIR"
 DEFAULT_TRACE_DIR = "/work/shared/traces"
@@ -90,6 +79,8 @@ class Lengths:
             raise SimConfigError("lengths.path", self.path, "a file length distribution needs a path")
 
     def build(self) -> LengthDistribution:
+        from xpyd_controller.sim.traces import UniformLengths, empirical_lengths  # numpy
+
         if self.kind == "file":
             assert self.path is not None
             return empirical_lengths(self.path)
@@ -119,7 +110,7 @@ class Traffic:
             raise SimConfigError("traffic.kind", self.kind, f"must be one of {', '.join(TRAFFIC_KINDS)}")
         if not self.rate > 0:
             raise SimConfigError("traffic.rate", self.rate, "must be > 0 requests/s")
-        if not (np.isfinite(self.mix_period_s) and self.mix_period_s > 0):
+        if not (math.isfinite(self.mix_period_s) and self.mix_period_s > 0):
             raise SimConfigError("traffic.mix_period_s", self.mix_period_s, "must be a finite number > 0 s")
         if not 0 <= self.hit_fraction < 1:
             raise SimConfigError("traffic.hit_fraction", self.hit_fraction, "must be in [0, 1)")
@@ -140,6 +131,10 @@ class Traffic:
         if self.kind == "seed":
             low, high = self.lengths.prompt, self.lengths.output
             return seed_requests(rate, self.count or SEED_ARRIVALS, seed, low, high)
+        import numpy as np  # every other kind is drawn (or read) with numpy
+
+        from xpyd_controller.sim.traces import load_trace
+
         if self.kind == "trace":
             assert self.path is not None
             trace = load_trace(self.path)
@@ -151,6 +146,8 @@ class Traffic:
         return Trace(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, hits, name=trace.name)
 
     def _synthetic(self, seed: int, rate: float, scale: float) -> Trace:
+        from xpyd_controller.sim.traces import Diurnal, diurnal, gamma_bursts, mix_drift_day, step, synthesize
+
         lengths = self.lengths.build()
         duration = self.duration_s
         if self.kind == "poisson":

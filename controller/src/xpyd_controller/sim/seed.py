@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
-
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
 from xpyd_controller.sim.config import GoodputSlo, Hardware
 from xpyd_controller.sim.traces import Trace
@@ -42,10 +40,10 @@ def seed_requests(
         arrivals[i] = t
         t += rng.expovariate(rate)
     lengths = [(rng.randint(*prompt_range), rng.randint(*output_range)) for _ in range(count)]
-    return Trace(
-        arrival_s=np.asarray(arrivals, dtype=np.float64),
-        prompt_tokens=np.asarray([p for p, _ in lengths], dtype=np.int64),
-        output_tokens=np.asarray([o for _, o in lengths], dtype=np.int64),
-        prefix_hit_tokens=np.zeros(count, dtype=np.int64),
+    return Trace(  # Python lists: the trace (and a seed-table run) needs no numpy
+        arrival_s=arrivals,
+        prompt_tokens=[p for p, _ in lengths],
+        output_tokens=[o for _, o in lengths],
+        prefix_hit_tokens=[0] * count,
         name=f"seed-{rate:g}",
     )

@@ -8,16 +8,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 # Gap histogram resolution: bins of 1e-4 in ln(seconds), i.e. values within 0.01 % of the truth.
 GAP_BINS_PER_LN = 10_000.0
 
 
-def seed_percentile(values: npt.ArrayLike, q: float) -> float:
-    """`sorted(xs)[min(n-1, int(q*n))]`; NaN for an empty sample."""
+# Up to this many values a list is sorted in Python (a seed row's 6,000: no numpy to import);
+# beyond, numpy's partition is ~10x quicker than sorting (a day's millions of requests).
+PYTHON_SORT_MAX = 50_000
+
+
+def seed_percentile(values: Sequence[float] | npt.ArrayLike, q: float) -> float:
+    """`sorted(xs)[min(n-1, int(q*n))]` (NaNs sort last, as numpy's do); NaN for an empty sample.
+
+    Short lists and tuples are sorted in Python, anything else is partitioned by numpy: both select
+    the same element.
+    """
+    if isinstance(values, list | tuple) and len(values) <= PYTHON_SORT_MAX:
+        n = len(values)
+        if n == 0:
+            return math.nan
+        index = min(n - 1, int(q * n))
+        if not math.isnan(sum(values)):  # no NaN (the sum of one is NaN; so is inf - inf: then look)
+            return float(sorted(values)[index])
+        numbers = sorted(v for v in values if not math.isnan(v))
+        return float(numbers[index]) if index < len(numbers) else math.nan
+    import numpy as np
+
     array = np.asarray(values, dtype=np.float64)
     n = array.size
     if n == 0:
@@ -47,6 +68,8 @@ def weighted_bin_percentile(histogram: dict[int, int], q: float) -> float:
 
 def mean_confidence_interval(samples: Sequence[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95 % confidence interval (Student t, n-1 degrees of freedom)."""
+    import numpy as np
+
     array = np.asarray(samples, dtype=np.float64)
     n = array.size
     if n == 0:

@@ -1,21 +1,29 @@
 """The request record and the columnar trace the simulator consumes.
 
-A day at 30 req/s is 2.6 M requests, so a trace is four parallel numpy arrays rather than a list of
-objects; `Request` exists for tests, loaders and anyone who wants one request at a time.
+A day at 30 req/s is 2.6 M requests, so a trace is four parallel columns rather than a list of
+objects; `Request` exists for tests, loaders and anyone who wants one request at a time. A trace built
+from Python lists (the seed table's draws) stays numpy-free until someone reads its arrays: `xpyd
+simulate` on such a trace never imports numpy (half of a seed-table row's CPU time was that import).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from xpyd_api.errors import InputError
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+    IntArray = npt.NDArray[np.int64]
+
+_LENGTH_FIELDS = ("prompt_tokens", "output_tokens", "prefix_hit_tokens")
+DAY_S = 86_400.0  # a day of trace time
 
 
 class TraceError(InputError):
@@ -45,93 +53,123 @@ class Request:
         return self.prefix_hit_tokens / self.prompt_tokens
 
 
-def _readonly(values: npt.ArrayLike, dtype: type[np.generic], field: str) -> npt.NDArray[np.generic]:
-    array = np.array(values, dtype=dtype, copy=True)
-    if array.ndim != 1:
-        raise TraceError(field, array.shape, "must be a one-dimensional array")
-    array.setflags(write=False)
-    return array
+class TraceColumns(NamedTuple):
+    """A trace's columns as Python tuples: what the event loop and the summaries iterate over."""
+
+    arrival_s: tuple[float, ...]
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    prefix_hit_tokens: tuple[int, ...]
 
 
-def _first_bad(mask: npt.NDArray[np.bool_]) -> int:
-    return int(np.flatnonzero(mask)[0])
+def _check_columns(columns: TraceColumns) -> None:
+    """The trace's rules, naming the first request that breaks one."""
+    arrivals = columns.arrival_s
+    count = len(arrivals)
+    for field in _LENGTH_FIELDS:
+        if len(getattr(columns, field)) != count:
+            raise TraceError(
+                field, len(getattr(columns, field)), f"length must equal arrival_s length {count}"
+            )
+    for index, t in enumerate(arrivals):
+        if not math.isfinite(t):
+            raise TraceError(f"arrival_s[{index}]", t, "must be finite")
+    if count and arrivals[0] < 0:
+        raise TraceError("arrival_s[0]", arrivals[0], "must be >= 0")
+    for index in range(1, count):
+        if arrivals[index] < arrivals[index - 1]:
+            raise TraceError(f"arrival_s[{index}]", arrivals[index], "arrivals must be sorted")
+    for field in ("prompt_tokens", "output_tokens"):
+        for index, tokens in enumerate(getattr(columns, field)):
+            if tokens < 1:
+                raise TraceError(f"{field}[{index}]", tokens, "must be >= 1")
+    for index, (hits, prompt) in enumerate(
+        zip(columns.prefix_hit_tokens, columns.prompt_tokens, strict=True)
+    ):
+        if not 0 <= hits <= prompt:
+            raise TraceError(f"prefix_hit_tokens[{index}]", hits, f"must be in [0, prompt_tokens = {prompt}]")
 
 
-@dataclass(frozen=True, eq=False)
+def _is_python_column(values: object) -> bool:
+    return isinstance(values, list | tuple)
+
+
 class Trace:
-    """Requests as parallel read-only arrays, sorted by arrival time (seconds from the trace start).
+    """Requests as parallel read-only columns, sorted by arrival time (seconds from the trace start).
 
     `prefix_hit_tokens` is how many leading prompt tokens are already in a prefix cache (0 = unknown or
-    none); it never exceeds the prompt.
+    none); it never exceeds the prompt. Give numpy arrays or Python lists: the attributes
+    `arrival_s`, `prompt_tokens`, ... are read-only numpy arrays either way (made on first use), and
+    `columns` the same data as tuples.
     """
 
-    arrival_s: FloatArray
-    prompt_tokens: IntArray
-    output_tokens: IntArray
-    prefix_hit_tokens: IntArray
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "arrival_s", _readonly(self.arrival_s, np.float64, "arrival_s"))
-        for field in ("prompt_tokens", "output_tokens", "prefix_hit_tokens"):
-            object.__setattr__(self, field, _readonly(getattr(self, field), np.int64, field))
-        count = len(self.arrival_s)
-        for field in ("prompt_tokens", "output_tokens", "prefix_hit_tokens"):
-            if len(getattr(self, field)) != count:
-                raise TraceError(
-                    field, len(getattr(self, field)), f"length must equal arrival_s length {count}"
-                )
-        self._check()
-
-    def _check(self) -> None:
-        arrivals = self.arrival_s
-        if not np.all(np.isfinite(arrivals)):
-            index = _first_bad(~np.isfinite(arrivals))
-            raise TraceError(f"arrival_s[{index}]", float(arrivals[index]), "must be finite")
-        if len(arrivals):
-            if arrivals[0] < 0:
-                raise TraceError("arrival_s[0]", float(arrivals[0]), "must be >= 0")
-            backwards = np.diff(arrivals) < 0
-            if backwards.any():
-                index = _first_bad(backwards) + 1
-                raise TraceError(f"arrival_s[{index}]", float(arrivals[index]), "arrivals must be sorted")
-        for field in ("prompt_tokens", "output_tokens"):
-            values = getattr(self, field)
-            if (values < 1).any():
-                index = _first_bad(values < 1)
-                raise TraceError(f"{field}[{index}]", int(values[index]), "must be >= 1")
-        hits = self.prefix_hit_tokens
-        bad = (hits < 0) | (hits > self.prompt_tokens)
-        if bad.any():
-            index = _first_bad(bad)
-            raise TraceError(
-                f"prefix_hit_tokens[{index}]",
-                int(hits[index]),
-                f"must be in [0, prompt_tokens = {int(self.prompt_tokens[index])}]",
+    def __init__(
+        self,
+        arrival_s: FloatArray | Sequence[float],
+        prompt_tokens: IntArray | Sequence[int],
+        output_tokens: IntArray | Sequence[int],
+        prefix_hit_tokens: IntArray | Sequence[int],
+        name: str = "",
+    ) -> None:
+        self.name = name
+        given = (arrival_s, prompt_tokens, output_tokens, prefix_hit_tokens)
+        self._arrays: tuple[Any, ...] | None = None
+        self._columns: TraceColumns | None = None
+        if all(_is_python_column(values) for values in given):
+            self._columns = TraceColumns(
+                tuple(float(t) for t in arrival_s),
+                *(tuple(int(tokens) for tokens in values) for values in given[1:]),
             )
+            _check_columns(self._columns)
+        else:
+            self._arrays = _checked_arrays(given)
+
+    @property
+    def columns(self) -> TraceColumns:
+        if self._columns is None:
+            assert self._arrays is not None
+            self._columns = TraceColumns(*(tuple(array.tolist()) for array in self._arrays))
+        return self._columns
+
+    def _array(self, index: int) -> Any:
+        if self._arrays is None:
+            self._arrays = _checked_arrays(self.columns, checked=True)
+        return self._arrays[index]
+
+    @property
+    def arrival_s(self) -> FloatArray:
+        return self._array(0)  # type: ignore[no-any-return]
+
+    @property
+    def prompt_tokens(self) -> IntArray:
+        return self._array(1)  # type: ignore[no-any-return]
+
+    @property
+    def output_tokens(self) -> IntArray:
+        return self._array(2)  # type: ignore[no-any-return]
+
+    @property
+    def prefix_hit_tokens(self) -> IntArray:
+        return self._array(3)  # type: ignore[no-any-return]
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request], name: str = "") -> Trace:
         """Build from records (sorted by arrival here, stably, so equal times keep their order)."""
         items = sorted(requests, key=lambda request: request.arrival_s)
         return cls(
-            arrival_s=np.array([r.arrival_s for r in items], dtype=np.float64),
-            prompt_tokens=np.array([r.prompt_tokens for r in items], dtype=np.int64),
-            output_tokens=np.array([r.output_tokens for r in items], dtype=np.int64),
-            prefix_hit_tokens=np.array([r.prefix_hit_tokens for r in items], dtype=np.int64),
+            arrival_s=[r.arrival_s for r in items],
+            prompt_tokens=[r.prompt_tokens for r in items],
+            output_tokens=[r.output_tokens for r in items],
+            prefix_hit_tokens=[r.prefix_hit_tokens for r in items],
             name=name,
         )
 
     def __len__(self) -> int:
-        return len(self.arrival_s)
+        return len(self._columns.arrival_s if self._columns is not None else self.arrival_s)
 
     def __getitem__(self, index: int) -> Request:
-        return Request(
-            arrival_s=float(self.arrival_s[index]),
-            prompt_tokens=int(self.prompt_tokens[index]),
-            output_tokens=int(self.output_tokens[index]),
-            prefix_hit_tokens=int(self.prefix_hit_tokens[index]),
-        )
+        arrival, prompt, output, hits = self.columns
+        return Request(arrival[index], prompt[index], output[index], hits[index])
 
     def __iter__(self) -> Iterator[Request]:
         return (self[index] for index in range(len(self)))
@@ -139,7 +177,9 @@ class Trace:
     @property
     def duration_s(self) -> float:
         """Time from zero to the last arrival."""
-        return float(self.arrival_s[-1]) if len(self) else 0.0
+        if not len(self):
+            return 0.0
+        return self._columns.arrival_s[-1] if self._columns is not None else float(self.arrival_s[-1])
 
     @property
     def mean_rate(self) -> float:
@@ -154,7 +194,7 @@ class Trace:
 
     def with_time_scale(self, factor: float) -> Trace:
         """The same requests with every arrival time multiplied by `factor` (0.5 doubles the rate)."""
-        if not (np.isfinite(factor) and factor > 0):
+        if not (math.isfinite(factor) and factor > 0):
             raise TraceError("factor", factor, "must be a finite number > 0")
         return Trace(
             arrival_s=self.arrival_s * factor,
@@ -166,6 +206,8 @@ class Trace:
 
     def window(self, start_s: float, end_s: float) -> Trace:
         """Requests arriving in [start_s, end_s), with times kept (not shifted)."""
+        import numpy as np
+
         lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
         return Trace(
             arrival_s=self.arrival_s[lo:hi],
@@ -174,3 +216,34 @@ class Trace:
             prefix_hit_tokens=self.prefix_hit_tokens[lo:hi],
             name=self.name,
         )
+
+
+def _checked_arrays(given: Sequence[object], *, checked: bool = False) -> tuple[Any, ...]:
+    """The columns as read-only numpy arrays (float64 arrivals, int64 lengths), checked vectorised;
+    a failure is named by the same rules as a list-built trace's (`_check_columns`)."""
+    import numpy as np
+
+    arrays = []
+    for field, values, dtype in zip(
+        ("arrival_s", *_LENGTH_FIELDS), given, (np.float64, np.int64, np.int64, np.int64), strict=True
+    ):
+        array = np.array(values, dtype=dtype, copy=True)
+        if array.ndim != 1:
+            raise TraceError(field, array.shape, "must be a one-dimensional array")
+        array.setflags(write=False)
+        arrays.append(array)
+    if checked:
+        return tuple(arrays)
+    arrival, prompt, output, hits = arrays
+    same_length = len(prompt) == len(output) == len(hits) == len(arrival)
+    if not (
+        same_length
+        and np.all(np.isfinite(arrival))
+        and (not len(arrival) or arrival[0] >= 0)
+        and not (np.diff(arrival) < 0).any()
+        and (prompt >= 1).all()
+        and (output >= 1).all()
+        and ((hits >= 0) & (hits <= prompt)).all()
+    ):
+        _check_columns(TraceColumns(*(tuple(array.tolist()) for array in arrays)))
+    return tuple(arrays)

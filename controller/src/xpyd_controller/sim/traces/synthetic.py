@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
-from xpyd_controller.sim.traces.records import FloatArray, IntArray, Trace, TraceError
+from xpyd_controller.sim.traces.records import DAY_S, Trace, TraceError
 
-DAY_S = 86_400.0
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 class Curve(Protocol):
