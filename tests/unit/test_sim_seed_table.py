@@ -7,7 +7,10 @@ where the queue grows without bound must reach the same verdict (goodput ≈ 0).
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +56,20 @@ def test_seed_draws_follow_the_article_order() -> None:
     requests = seed_requests(8.0, count=3, seed=7)
     assert list(requests.arrival_s) == [0.0, gaps[0], gaps[0] + gaps[1]]
     assert list(zip(requests.prompt_tokens, requests.output_tokens, strict=True)) == lengths
+
+
+@pytest.mark.parametrize("row", SEED_TABLE, ids=[f"{r[0]}-{r[1]}P-{r[2]:g}" for r in SEED_TABLE])
+def test_the_cli_prints_the_article_row(
+    row: tuple[str, int, float, float, float, float, float, float],
+) -> None:
+    """Issue 9: each row as the `xpyd simulate` call benchmarks/simulator_speed.py --cli times, equal
+    to the article's printed TTFT p50 (0.1 ms) and goodput (0.1 %)."""
+    mode, prefill, rate, ttft_p50, _, _, goodput, _ = row
+    split = (
+        ["--mode", "colocated", "--split", "8"]
+        if mode == "colocated"
+        else ["--split", f"{prefill}:{8 - prefill}"]
+    )
+    argv = [sys.executable, "-m", "xpyd_controller.cli", "simulate", *split, "--rate", f"{rate:g}", "--json"]
+    out = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+    assert (round(out["ttft_p50"] * 1e3, 1), round(out["goodput"] * 100, 1)) == (ttft_p50, goodput)
