@@ -31,11 +31,13 @@ def started_processes() -> Iterator[list[OperatorProcess]]:
 @pytest.fixture
 def start_operator(
     kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[OperatorProcess]
-) -> Callable[[], OperatorProcess]:
-    """Starts operator processes for this test's namespace; every one is stopped at teardown."""
+) -> Callable[..., OperatorProcess]:
+    """Starts operator processes for this test's namespace (XPYD_* settings over FAST_SETTINGS); every
+    one is stopped at teardown."""
 
-    def start() -> OperatorProcess:
-        process = OperatorProcess(kube_cluster.env(), tmp_path / "operator.log", [namespace], FAST_SETTINGS)
+    def start(**settings: str) -> OperatorProcess:
+        env = {**FAST_SETTINGS, **settings}
+        process = OperatorProcess(kube_cluster.env(), tmp_path / "operator.log", [namespace], env)
         process.start()
         started_processes.append(process)
         return process

@@ -35,7 +35,7 @@ def manifest(name: str = "v", **spec: Any) -> dict[str, Any]:
 
 
 FAST_SETTINGS = {"XPYD_RESYNC_SECONDS": "2", "XPYD_ACTIVE_POLL_SECONDS": "0.3"}
-OperatorFactory = Callable[[], OperatorProcess]
+OperatorFactory = Callable[..., OperatorProcess]  # keyword XPYD_* settings over FAST_SETTINGS
 
 
 def apply(cluster: LocalCluster, namespace: str, body: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from xpyd_operator import k8s
 from xpyd_operator.config import OperatorConfig
 from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 from xpyd_operator.reconcile import Reconciler
@@ -377,3 +378,28 @@ def test_a_pass_acts_on_the_stored_object_not_on_a_stale_watch_copy() -> None:
     assert len(kube.pods) == 4 and kube.status["observedGeneration"] == 2
     kube.stored = None  # deleted meanwhile: nothing is done
     assert reconciler.reconcile_latest(body(generation=1)) is False and len(kube.pods) == 4
+
+
+def test_instances_are_listed_page_by_page_through_continue_tokens() -> None:
+    """A pass never decodes a whole large pool at once: each call asks for one page, the next page
+    resumes the same snapshot from its continue token, and every pod arrives exactly once."""
+
+    class PagedKube(Kube):
+        def __init__(self, pods: int) -> None:
+            self.names = [f"p-{n}" for n in range(pods)]
+            self.queries: list[dict[str, str]] = []
+
+        def _call(self, method: str, path: str, *_: Any, query: Any = None, **__: Any) -> Any:
+            asked = dict(query)
+            self.queries.append(asked)
+            start = int(asked.get("continue", "0"))
+            end = start + int(asked["limit"])
+            more = {"continue": str(end)} if end < len(self.names) else {}
+            return {"metadata": more, "items": [{"metadata": {"name": n}} for n in self.names[start:end]]}
+
+    size = k8s.LIST_PAGE_SIZE
+    kube = PagedKube(2 * size + 1)
+    listed = [pod["metadata"]["name"] for pod in kube.list_instances("ns", "v")]
+    assert listed == kube.names
+    assert [q.get("continue") for q in kube.queries] == [None, str(size), str(2 * size)]
+    assert {q["labelSelector"] for q in kube.queries} == {"xpyd.dev/pdd=v,xpyd.dev/component=instance"}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
@@ -89,7 +89,7 @@ class ClusterPort(Protocol):
 
     def list_pdds(self) -> list[dict[str, Any]]: ...
 
-    def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]: ...
+    def list_instances(self, namespace: str, pdd: str) -> Iterable[dict[str, Any]]: ...
 
     def patch_replicas(self, namespace: str, name: str, prefill: int, decode: int) -> None: ...
 
