@@ -172,6 +172,51 @@ def test_http_switch_is_called_once_and_verified(
     assert json.dumps(args).count("--enable-pd-role-switch") == 1
 
 
+@pytest.mark.parametrize("took_effect", [True, False], ids=["killed-after-the-call", "call-never-arrived"])
+def test_http_switch_is_not_repeated_after_the_operator_is_killed_mid_call(
+    took_effect: bool,
+    kube_cluster: LocalCluster,
+    namespace: str,
+    start_operator: OperatorFactory,
+    engines: EngineStub,
+) -> None:
+    """The operator is SIGKILLed while its switch POST is held unanswered in the engine, its intent
+    already on the pod. The engine then either switched or never got the call (as when the operator dies
+    right after recording the intent). The restarted operator asks the engine first and sends again only
+    in the second case: the engine switches exactly once, and the pods are the same ones on the same
+    nodes."""
+    held = {"XPYD_ENGINE_TIMEOUT_SECONDS": "60"}  # the held POST must not time out before the kill
+    first = start_operator(**held)
+    spec: dict[str, Any] = {
+        "engine": {"image": "sglang:1", "type": "sglang"},
+        "router": {"type": "sglang-router"},
+    }
+    before = start_pdd(kube_cluster, namespace, "held", engines, in_flight=0, **spec)
+    for name, role in roles(instance_pods(kube_cluster, namespace, "held")).items():
+        engines.roles[name] = role
+    engines.hold_switches()
+
+    patch_spec(kube_cluster, namespace, "held", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}})
+    assert engines.switch_arrived.wait(90), "no switch POST reached the engine"
+    first.kill()  # SIGKILL while the POST waits for its answer
+    victim = engines.switch_calls[0][0]
+    pod = next(p for p in instance_pods(kube_cluster, namespace, "held") if p["metadata"]["name"] == victim)
+    record = json.loads(pod["metadata"]["annotations"][ANNOTATION_TRANSITION])
+    assert record["step"] == "Switching" and record.get("switchSent"), record  # intent before the call
+    engines.release_switches(took_effect=took_effect)
+    start_operator(**held)
+
+    wait_until(lambda: settled(kube_cluster, namespace, "held", 2, 1), 60, "the conversion to complete")
+    pods = instance_pods(kube_cluster, namespace, "held")
+    assert placement(pods) == before, "a pod was lost, duplicated or moved"
+    sent = 1 if took_effect else 2  # the second POST only because the first never arrived
+    assert engines.switch_calls == [(victim, "prefill")] * sent
+    assert engines.roles[victim] == "prefill"
+    assert sum(conversions(p) for p in pods) == 1
+    converted = events(kube_cluster, namespace, "Converted")
+    assert len(converted) == 1 and victim in converted[0], converted
+
+
 def test_restart_switch_recreates_the_pod_with_its_name_on_its_node(
     kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, engines: EngineStub
 ) -> None:

@@ -7,6 +7,7 @@ the operator at it through the pods' `xpyd.dev/engine-url` annotation; nothing t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,8 +29,12 @@ class EngineStub:
         self.in_flight: dict[str, int] = {}
         self.finished: dict[str, int] = {}
         self.roles: dict[str, str] = {}
-        self.switch_calls: list[tuple[str, str]] = []
+        self.switch_calls: list[tuple[str, str]] = []  # every role-switch POST that arrived
+        self.switch_arrived = threading.Event()
         self._lock = threading.Lock()
+        self._switches_released = threading.Event()
+        self._switches_released.set()
+        self._switches_take_effect = True
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,9 +60,15 @@ class EngineStub:
                 pod, _, _endpoint = self.path.strip("/").partition("/")
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 with stub._lock:
-                    stub.roles[pod] = str(body.get("new_role"))
                     stub.switch_calls.append((pod, str(body.get("new_role"))))
-                self._reply(200, b"{}")
+                    held = not stub._switches_released.is_set()
+                stub.switch_arrived.set()
+                stub._switches_released.wait()
+                with stub._lock:
+                    if stub._switches_take_effect or not held:
+                        stub.roles[pod] = str(body.get("new_role"))
+                with contextlib.suppress(OSError):  # the caller may have been killed while it was held
+                    self._reply(200, b"{}")
 
             def _reply(self, code: int, payload: bytes) -> None:
                 self.send_response(code)
@@ -82,11 +93,24 @@ class EngineStub:
         with self._lock:
             self.finished[pod] = count
 
+    def hold_switches(self) -> None:
+        """Keep role-switch POSTs unanswered after they arrive (an engine busy switching), so a test
+        can kill the caller mid-call."""
+        self._switches_released.clear()
+
+    def release_switches(self, took_effect: bool) -> None:
+        """Answer the held POSTs; `took_effect=False` drops their switch, as if the call never arrived
+        (a caller killed right after recording its intent). Later POSTs take effect."""
+        with self._lock:
+            self._switches_take_effect = took_effect
+        self._switches_released.set()
+
     def __enter__(self) -> EngineStub:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._switches_released.set()
         self._server.shutdown()
         self._server.server_close()
 
