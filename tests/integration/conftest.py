@@ -9,6 +9,7 @@ import pytest
 from e2e.harness.cluster import LocalCluster
 from tests.integration.pdd import CRD_PATH, FAST_SETTINGS
 
+from xpyd_api.testing import ProgramProcess
 from xpyd_operator.testing import EngineStub, OperatorProcess
 
 
@@ -19,9 +20,9 @@ def pdd_crd(kube_cluster: LocalCluster) -> str:
 
 
 @pytest.fixture
-def started_processes() -> Iterator[list[OperatorProcess]]:
-    """Operator-like processes a test started: each is killed at teardown and its log tail printed."""
-    started: list[OperatorProcess] = []
+def started_processes() -> Iterator[list[ProgramProcess]]:
+    """Programs (operator, controller) a test started: each is killed at teardown and its log tail printed."""
+    started: list[ProgramProcess] = []
     yield started
     for process in started:
         process.kill()
@@ -30,7 +31,7 @@ def started_processes() -> Iterator[list[OperatorProcess]]:
 
 @pytest.fixture
 def start_operator(
-    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[OperatorProcess]
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[ProgramProcess]
 ) -> Callable[..., OperatorProcess]:
     """Starts operator processes for this test's namespace (XPYD_* settings over FAST_SETTINGS); every
     one is stopped at teardown."""

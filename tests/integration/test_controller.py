@@ -29,11 +29,11 @@ from tests.integration.controller import (
 )
 from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
 
+from xpyd_api.testing import ProgramProcess
 from xpyd_controller.metrics.promql import POLICY_SIGNALS
 from xpyd_controller.model.calibration import mbu_from_decode_step
 from xpyd_controller.model.presets import GPU_PRESETS, MODEL_PRESETS
 from xpyd_controller.testing import ControllerProcess
-from xpyd_operator.testing import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.usefixtures("pdd_crd")]
 
@@ -43,7 +43,7 @@ XPYD = (sys.executable, "-m", "xpyd_controller.cli")  # the `xpyd` console scrip
 
 @pytest.fixture
 def start_controller(
-    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[OperatorProcess]
+    kube_cluster: LocalCluster, namespace: str, tmp_path: Path, started_processes: list[ProgramProcess]
 ) -> ControllerFactory:
     """Starts controller processes for this test's namespace; every one is stopped at teardown."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_api.names import Role
-from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
 
 P, D = Role.PREFILL, Role.DECODE
 HASHES = {P: "hp", D: "hd"}

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from xpyd_api.instances import Step, Transition, TransitionKind
 from xpyd_api.names import ANNOTATION_TRANSITION, LABEL_ROLE, LABEL_SERVING, Role
 from xpyd_controller.control.pools import pool_states
 from xpyd_controller.policy.types import PoolState
-from xpyd_operator.plan.instances import Step, Transition, TransitionKind
 
 P, D = Role.PREFILL, Role.DECODE
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
+from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_operator.engine_client import parse_load
 from xpyd_operator.plan.actions import Action, AdvanceTransition, DeleteInstance
-from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
 from xpyd_operator.plan.scaling import ROUTER_FOLLOW_SECONDS, PlanInput, plan, prefill_backlog_needed
 
 LEASE = 30.0

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
+from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_api.names import Role
 from xpyd_operator.plan.actions import (
@@ -19,7 +20,6 @@ from xpyd_operator.plan.actions import (
     SwitchEngine,
     VerifyEngine,
 )
-from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
 from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from xpyd_operator import k8s
+from xpyd_api import k8s
+from xpyd_api.k8s import Kube, KubeError, ObjectRef
 from xpyd_operator.config import OperatorConfig
-from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 from xpyd_operator.reconcile import Reconciler
 from xpyd_operator.testing import EngineStub
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
-from xpyd_operator.plan.instances import Instance, rejected_flags
+from xpyd_api.instances import Instance, rejected_flags
 from xpyd_operator.status import StatusInput, blocked_conditions, compute_status
 
 

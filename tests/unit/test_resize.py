@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from operator_builders import HASHES, NOW, convert, make_instance, make_spec
 
+from xpyd_api.instances import Step, Transition, TransitionKind
 from xpyd_api.names import Role
 from xpyd_api.resize import Member, Moves, resize
 from xpyd_controller.policy.types import Decision, Limits
@@ -31,7 +32,6 @@ from xpyd_controller.sim.config import Control, Fleet, Realism, SimConfig
 from xpyd_controller.sim.seed import SEED_HARDWARE, SEED_SLO
 from xpyd_controller.sim.traces import Trace
 from xpyd_operator.plan.actions import BeginTransition, CancelTransition, CreateInstance, DeleteInstance
-from xpyd_operator.plan.instances import Step, Transition, TransitionKind
 from xpyd_operator.plan.scaling import PlanInput, plan
 
 P, D = Role.PREFILL, Role.DECODE

@@ -1,8 +1,11 @@
-"""`xpyd controller`: run the autoscaling controller against the current cluster."""
+"""`xpyd controller` (= `python -m xpyd_controller.cli_controller`): run the autoscaling controller against
+the current cluster. The process itself is `controller.py`, imported only when the command runs."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 # Policies that take the spec's autoscaling windows and tolerance as knobs (control/setup.py).
@@ -116,3 +119,17 @@ def _run(args: argparse.Namespace) -> int:
     from xpyd_controller.controller import run
 
     return run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m xpyd_controller.cli_controller",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return _run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """The controller process: wires the Kubernetes and Prometheus adapters, leader election and the own
-/metrics endpoint around the pure decision loop. `python -m xpyd_controller.controller` = `xpyd controller`.
+/metrics endpoint around the pure decision loop. Its entry point is `cli_controller.py` (`xpyd controller`
+= `python -m xpyd_controller.cli_controller`), which imports this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-from xpyd_controller.cli_controller import DESCRIPTION, add_arguments
 from xpyd_controller.control.lease import LeaderElector
 from xpyd_controller.control.loop import Controller, Settings
 from xpyd_controller.control.status import DecisionRecord
@@ -127,17 +126,3 @@ def run(args: argparse.Namespace) -> int:
         if elector is not None:
             elector.release(time.time())
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m xpyd_controller.controller",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

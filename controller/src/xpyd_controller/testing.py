@@ -6,13 +6,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from xpyd_operator.testing import OperatorProcess
+from xpyd_api.testing import ProgramProcess
 
 
-class ControllerProcess(OperatorProcess):
-    """`python -m xpyd_controller.controller ARGS` against a cluster, with the operator's process handling
-    (own session, SIGKILL by default, log tail)."""
+class ControllerProcess(ProgramProcess):
+    """`python -m xpyd_controller.cli_controller ARGS` against a cluster (own session, SIGKILL by default,
+    log tail)."""
 
     def __init__(self, env: Mapping[str, str], log_path: Path, args: Sequence[str]) -> None:
-        super().__init__(env, log_path)
-        self.argv = [sys.executable, "-m", "xpyd_controller.controller", *args]
+        super().__init__(
+            "controller", [sys.executable, "-m", "xpyd_controller.cli_controller", *args], env, log_path
+        )

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from xpyd_api.engines import ENGINES, ROLE_SWITCH, EngineType
+from xpyd_api.instances import Instance
 from xpyd_api.names import Role
-from xpyd_operator.plan.instances import Instance
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 
+from xpyd_api.k8s import Kube, connect
 from xpyd_api.names import (
     COMPONENT_INSTANCE,
     COMPONENT_ROUTER,
@@ -25,7 +26,6 @@ from xpyd_api.names import (
     VERSION,
 )
 from xpyd_operator.config import OperatorConfig
-from xpyd_operator.k8s import Kube, connect
 from xpyd_operator.reconcile import Reconciler
 
 TEMPORARY_ERROR_DELAY_SECONDS = 5.0

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xpyd_api.engines import ROLE_SWITCH
+from xpyd_api.instances import Instance, Step, TransitionKind, parse_instance
+from xpyd_api.k8s import Kube, KubeError, ObjectRef
 from xpyd_api.models import PDDeployment, PDDSpecError, SwitchMethod, parse_pdd
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
@@ -29,7 +31,6 @@ from xpyd_api.names import (
 from xpyd_operator import engine_client, render
 from xpyd_operator.config import OperatorConfig
 from xpyd_operator.engine_client import EngineLoad
-from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 from xpyd_operator.plan.actions import (
     Action,
     AdvanceTransition,
@@ -40,7 +41,6 @@ from xpyd_operator.plan.actions import (
     SwitchEngine,
     VerifyEngine,
 )
-from xpyd_operator.plan.instances import Instance, Step, TransitionKind, parse_instance
 from xpyd_operator.plan.scaling import PlanInput, plan, prefill_backlog_needed, roles_needing_load
 from xpyd_operator.status import StatusInput, blocked_conditions, compute_status, router_label_problem
 

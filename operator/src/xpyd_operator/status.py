@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from xpyd_api.engines import FLAG_PURPOSES
+from xpyd_api.instances import Instance, TransitionKind
 from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import ConditionType, Reason, Role
-from xpyd_operator.plan.instances import Instance, TransitionKind
 
 
 def unsupported_flags_message(image: str, instances: Sequence[Instance]) -> str | None:

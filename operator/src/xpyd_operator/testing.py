@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from xpyd_api.testing import ProgramProcess
 
 
 class EngineStub:
@@ -115,7 +113,7 @@ class EngineStub:
         self._server.server_close()
 
 
-class OperatorProcess:
+class OperatorProcess(ProgramProcess):
     """`kopf run -m xpyd_operator.handlers --standalone` against a cluster; killed on exit, always."""
 
     def __init__(
@@ -126,49 +124,7 @@ class OperatorProcess:
         settings: Mapping[str, str] | None = None,
     ) -> None:
         scope = [arg for ns in namespaces for arg in ("--namespace", ns)] or ["--all-namespaces"]
-        self.argv = [
-            sys.executable,
-            "-m",
-            "kopf",
-            "run",
-            "--standalone",
-            "-m",
-            "xpyd_operator.handlers",
-            *scope,
-        ]
-        self.env = {**env, "XPYD_PROBE_POD_IP": "false", **(settings or {})}
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def kill(self, sig: int = signal.SIGKILL, grace: float = 10.0) -> None:
-        """Stop the operator (SIGKILL by default: a crash, not a clean shutdown) and wait for it."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, sig)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-    def log_tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def __enter__(self) -> OperatorProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.kill(signal.SIGTERM)
-        if kind is not None:
-            print(f"--- operator log ({self.log_path}) ---\n{self.log_tail()}", file=sys.stderr)
+        argv = [sys.executable, "-m", "kopf", "run", "--standalone", "-m", "xpyd_operator.handlers", *scope]
+        super().__init__(
+            "operator", argv, {**env, "XPYD_PROBE_POD_IP": "false", **(settings or {})}, log_path
+        )

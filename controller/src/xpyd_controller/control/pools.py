@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from xpyd_api.instances import Instance, TransitionKind, parse_instance
 from xpyd_api.names import LABEL_ROLE, Role
 from xpyd_controller.policy.types import PoolState
-from xpyd_operator.plan.instances import Instance, TransitionKind, parse_instance
 
 
 def _place(instance: Instance) -> list[tuple[Role, str]]:

@@ -15,10 +15,10 @@ from typing import Any
 
 from kubernetes import client, config
 
+from xpyd_api.k8s import Kube, KubeError, ObjectRef
 from xpyd_api.models import PDDeployment
 from xpyd_api.names import GROUP, PLURAL, VERSION
 from xpyd_controller.control.lease import LeaseRecord, lease_spec, parse_lease
-from xpyd_operator.k8s import Kube, KubeError, ObjectRef
 
 COMPONENT = "xpyd-controller"
 WATCH_SECONDS = 60  # the server ends each watch after this; the scope is then relisted

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xpyd_api.instances import Instance, Transition
 from xpyd_api.models import SwitchMethod
 from xpyd_api.names import Role
-from xpyd_operator.plan.instances import Instance, Transition
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import Reason, Role
 from xpyd_api.resize import Member, resize, victim_order
@@ -24,7 +25,6 @@ from xpyd_operator.plan.actions import (
     SwitchEngine,
     VerifyEngine,
 )
-from xpyd_operator.plan.instances import Instance, Step, Transition, TransitionKind
 
 DEFAULT_MAX_CREATES_PER_PASS = 8
 # Seconds after serving=false by which the router has dropped the instance from its pool: vllm-router

@@ -1,4 +1,7 @@
-"""The operator's only Kubernetes I/O: raw JSON calls through the official client's ApiClient.
+"""The one raw Kubernetes client: raw JSON calls through the official client's ApiClient.
+
+The operator uses it as it is; the controller's adapter (xpyd_controller.k8s.cluster) adds the calls only
+the controller makes. The only I/O module of the shared contract (an import-linter contract says so).
 
 Raw dicts rather than the client's model classes: the pure modules render and parse plain JSON, and this
 way nothing is converted twice. Optimistic concurrency (resourceVersion, uid preconditions) guards

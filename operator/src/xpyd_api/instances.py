@@ -1,5 +1,7 @@
 """Typed view of observed instance pods, and the drain/conversion record each pod carries.
 
+Shared: the operator plans from it, the controller counts pools with it (control/pools.py).
+
 The record lives in one annotation and is rewritten at every step (with the pod's resourceVersion as a
 precondition), so an operator that restarts reads exactly where each instance was.
 """
