@@ -1,6 +1,6 @@
 """Load forecasts one planner interval ahead on the benchmark days: Dynamo 1.6.1's own predictors
-(constant, ARIMA, Kalman) against damped-trend exponential smoothing (Holt with damping, a candidate
-for xpyd's policy; not wired into it).
+(constant, ARIMA, Kalman) against damped-trend exponential smoothing (Holt with damping), the forecast
+xpyd's policy sizes for (`policy/forecast.py`, over `forecast_horizon_s`, 180 s by default).
 
 Each day (the drift and diurnal days of `benchmarks/autoscaling.py`, compressed like there) becomes a
 series of request counts per 180 s interval, Dynamo's adjustment interval, which also covers the
@@ -27,6 +27,7 @@ import bench_cache
 import real_dynamo
 from autoscaling import SECTION, build_trace, scenarios
 from bench_docs import publish
+from xpyd_controller.policy.forecast import RateForecast
 
 INTERVAL_S = 180.0
 WARM_UP = 5  # intervals before Dynamo's predictors forecast anything but the last value
@@ -34,29 +35,21 @@ SUBSECTION = "### Load forecasts one interval ahead (`benchmarks/forecasters.py`
 
 
 class DampedTrend:
-    """Holt's linear exponential smoothing with a damped trend (Gardner & McKenzie): level and slope
-    smoothed separately, the slope shrunk by `damping` per step ahead, so a ramp is followed without
-    running away at its top."""
+    """xpyd's `RateForecast` behind Dynamo's predictor interface, one sample per interval."""
 
-    def __init__(self, level_weight: float = 0.5, trend_weight: float = 0.3, damping: float = 0.9) -> None:
-        self.level_weight, self.trend_weight, self.damping = level_weight, trend_weight, damping
-        self.level: float | None = None
-        self.trend = 0.0
+    def __init__(self) -> None:
+        self.forecast = RateForecast(INTERVAL_S)
+        self.time_s = 0.0
+        self.last = 0.0
 
     def add_data_point(self, value: float) -> None:
-        if self.level is None:
-            self.level = value
-            return
-        previous = self.level
-        self.level = self.level_weight * value + (1 - self.level_weight) * (
-            previous + self.damping * self.trend
-        )
-        self.trend = (
-            self.trend_weight * (self.level - previous) + (1 - self.trend_weight) * self.damping * self.trend
-        )
+        self.forecast.add(self.time_s, value)
+        self.time_s += INTERVAL_S
+        self.last = value
 
     def predict_next(self) -> float:
-        return max(0.0, (self.level or 0.0) + self.damping * self.trend)
+        ahead = self.forecast.forecast()
+        return self.last if ahead is None else ahead
 
 
 def dynamo_predictors() -> dict[str, Callable[[], object]]:
@@ -109,7 +102,7 @@ def main() -> int:
     started = time.perf_counter()
     predictors = {
         **dynamo_predictors(),
-        "damped trend (Holt, φ 0.9; candidate, not in the policy)": DampedTrend,
+        "damped trend (Holt, φ 0.9; xpyd's policy)": DampedTrend,
     }
     days = ("drift", "diurnal")
     results: dict[tuple[str, str], list[Errors]] = {}

@@ -460,6 +460,17 @@ def test_a_ttft_miss_is_blamed_on_decode_when_its_kv_cache_is_full(
     assert not any("Missed" in r for r in decision.reasons) or reason
 
 
+def test_a_ttft_miss_while_decode_is_below_its_floor_grows_decode_only() -> None:
+    """Under a prefill-first router the TTFT includes decode admission: a decode pool short of its
+    floor delays first tokens, and another prefill instance would not bring them sooner."""
+    x, y = floor(20.0)
+    decision = policy().decide(observe(0, x, y - 1, ttft_p90_s=0.9), Limits())
+    assert (decision.prefill, decision.decode) == (x, y)
+    assert (
+        "PrefillSloMissedAboveFloor" not in decision.reasons and "DecodeBelowModelFloor" in decision.reasons
+    )
+
+
 def test_slo_feedback_waits_for_in_flight_instances() -> None:
     x, y = floor(20.0)
     starting = PoolState(ready=x - 1, starting=1)

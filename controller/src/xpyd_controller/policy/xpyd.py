@@ -35,7 +35,8 @@ from xpyd_controller.model.sizing import (
 )
 from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
-from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, require_in
+from xpyd_controller.policy.forecast import RateForecast
+from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, enforce_limits, require_in
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
@@ -65,10 +66,11 @@ class XpydConfig(ScalingBehavior):
     ttft_quantile: float = 0.99  # size prefill so this quantile of TTFT (with queueing) meets the SLO
     context_quantile: float = 0.0  # > 0: size decode batches so their KV fits with this probability
     tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
-    # time constant of the moving average of lengths and hit rate; None = down_window_s (the time a
-    # change must last before the pools shrink for it, so a compressed deployment forgets as fast)
-    length_smoothing_s: float | None = None
+    length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
     in_flight_timeout_s: float = 600.0
+    # size for the window's rate plus its damped-trend rise over this horizon (the time an instance
+    # added now needs to serve); 0 = the window's rate only
+    forecast_horizon_s: float = 180.0
     latency_feedback: float = 1.0  # measured p90 above this × SLO adds one instance over the floor; 0 = off
     decode_kv_full: float = 0.95  # a TTFT miss at this decode KV usage or above is decode's; 0 = prefill's
     remote_overhead_s: float = 0.0
@@ -88,18 +90,14 @@ class XpydConfig(ScalingBehavior):
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
         if self.latency_feedback != 0:
             require_in("xpyd", "latency_feedback", self.latency_feedback, 1)
-        for name in ("remote_overhead_s", "transfer_budget_s"):
+        for name in ("remote_overhead_s", "transfer_budget_s", "forecast_horizon_s", "length_smoothing_s"):
             require_in("xpyd", name, getattr(self, name), 0)
-        require_in("xpyd", "length_smoothing_s", self.smoothing_s, 0)
-
-    @property
-    def smoothing_s(self) -> float:
-        return self.down_window_s if self.length_smoothing_s is None else self.length_smoothing_s
 
 
 @dataclass(frozen=True)
 class _Demand:
-    rate: float
+    rate: float  # what the pools are sized for: the window's rate, or the forecast when above it
+    measured_rate: float
     isl: float
     osl: float
     isl_std: float
@@ -154,8 +152,9 @@ class XpydPolicy:
         )
         self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
-        self._lengths = _Smoothed(config.smoothing_s)
+        self._lengths = _Smoothed(config.length_smoothing_s)
         self._converted_into: tuple[float, int] | None = None  # (time, pool) of the last release
+        self._forecast = RateForecast(config.forecast_horizon_s) if config.forecast_horizon_s else None
 
     def use_gpu(self, gpu: GpuSpec) -> None:
         """Size with these efficiencies from the next decision on; every window and guard is kept."""
@@ -165,10 +164,9 @@ class XpydPolicy:
         """What to size for, or the CamelCase reason why there is nothing trustworthy to size for.
 
         The rate is the window's own (so a step is seen at once); lengths and the hit rate drift slowly
-        and are noisy in a short window, so they are smoothed over `length_smoothing_s` (by default the
-        down window).
+        and are noisy in a short window, so they are smoothed over `length_smoothing_s`.
         """
-        rate = observation.arrival_rate
+        rate, time_s = observation.arrival_rate, observation.time_s
         if rate is None or not math.isfinite(rate) or rate < 0:
             return "MissingArrivalRate"
         isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
@@ -187,9 +185,22 @@ class XpydPolicy:
                 return "MissingRequestLengths"
             partial = True
         if self._lengths.value is None:  # zero traffic before any request was ever seen
-            return _Demand(0.0, 1.0, 1.0, 0.0, 0.0, hit_rate=0.0, partial=False)
+            return _Demand(0.0, 0.0, 1.0, 1.0, 0.0, 0.0, hit_rate=0.0, partial=False)
         isl, osl, isl_std, osl_std, hit_rate = self._lengths.value
-        return _Demand(rate, isl, osl, isl_std, osl_std, hit_rate, partial)
+        return _Demand(self._ahead(time_s, rate), rate, isl, osl, isl_std, osl_std, hit_rate, partial)
+
+    def _ahead(self, time_s: float, rate: float) -> float:
+        """The rate to size for: the window's rate plus the forecast's rise over `forecast_horizon_s`
+        (a rising load is met when the instances added now are up) when that rise is beyond the
+        tolerance band (a flat, noisy rate forecasts small rises and falls by turns); never below the
+        window's rate, so the forecast never scales down, and never at zero traffic."""
+        if self._forecast is None:
+            return rate
+        self._forecast.add(time_s, rate)
+        rise = self._forecast.rise()
+        if rise is None or rate == 0 or rise <= self.config.tolerance * rate:
+            return rate
+        return rate + rise
 
     @staticmethod
     def _measured(observation: Observation) -> DecodeMeasurement:
@@ -239,13 +250,16 @@ class XpydPolicy:
         if isinstance(demand, str):
             return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
         details: dict[str, float] = {
-            "arrival_rate": demand.rate,
+            "arrival_rate": demand.measured_rate,
+            "sized_arrival_rate": demand.rate,
             "mean_input_tokens": demand.isl,
             "mean_output_tokens": demand.osl,
             "prefix_hit_rate": demand.hit_rate,
             "prefill_supply": float(supply[0]),
             "decode_supply": float(supply[1]),
         }
+        if demand.rate > demand.measured_rate:
+            reasons.append("SizedForForecastLoad")
         measured = self._measured(observation)
         for key, value in (
             ("measured_tpot_seconds", measured.step_seconds),
@@ -254,7 +268,7 @@ class XpydPolicy:
             if value is not None:
                 details[key] = value
         floors, down_targets, bindings = self._targets(demand, measured, details, reasons)
-        missed = self._blame_latency_misses(observation)
+        missed = self._blame_latency_misses(observation, decode_short=supply[1] < floors[1])
         recommended = []
         for index, role in enumerate(("Prefill", "Decode")):
             if supply[index] < floors[index]:
@@ -288,12 +302,8 @@ class XpydPolicy:
                 max(0, min(want, high) - got) if layered.bound == "gpu_budget" and not hold else 0
                 for want, high, got, hold in zip(recommended, maxima, decided, held, strict=True)
             ]
-            released = _release_for_conversion(
-                supply, keep, decided, held, limits, denied=denied, frozen=self._kept(time_s, supply, floors)
-            )
-            if released.endswith("ReleasedForConversion"):
-                self._converted_into = (time_s, 0 if released.startswith("Decode") else 1)
-            reasons.append(released)
+            released = _release_for_conversion(supply, keep, decided, held, limits, denied=denied)
+            reasons.append(self._hold_converted(time_s, supply, floors, decided, limits) or released)
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -302,28 +312,46 @@ class XpydPolicy:
             details=details,
         )
 
-    def _kept(self, time_s: float, supply: list[int], floors: tuple[int, int]) -> int | None:
-        """The pool that may not give instances back by conversion now, if any.
+    def _hold_converted(
+        self, time_s: float, supply: list[int], floors: tuple[int, int], decided: list[int], limits: Limits
+    ) -> str:
+        """Undo a conversion back within one down window of the last, unless the mix really reversed.
 
-        Releasing for conversion skips the down window; right after a conversion that would let the
-        instances flap back on a latency blip (P→D, then D→P 20 s later). So a pool that took instances by
-        conversion keeps them for one down window, unless the pool they came from is below its model
-        floor: the mix has really reversed.
+        A conversion is one pool shrinking while the other grows (the driver converts then), whether the
+        release paired them or the GPU budget took one pool's growth out of the other. Both skip the down
+        window, so right after a conversion a latency blip could send the instance straight back (P→D,
+        then D→P 20 s later). So a pool that took instances keeps them for `down_window_s`, unless the
+        pool they came from is below its model floor; the other pool's growth is then trimmed to the
+        budget (a cold start instead, if there is room).
         """
-        if self._converted_into is None:
-            return None
-        since, taker = self._converted_into
-        giver = 1 - taker
-        if time_s - since >= self.config.down_window_s or supply[giver] < floors[giver]:
-            return None
-        return taker
+        grows = [want > have for want, have in zip(decided, supply, strict=True)]
+        shrinks = [want < have for want, have in zip(decided, supply, strict=True)]
+        if not (grows[0] and shrinks[1]) and not (grows[1] and shrinks[0]):
+            return ""
+        taker = 0 if grows[0] else 1
+        last = self._converted_into
+        if (
+            last is not None
+            and last[1] == 1 - taker
+            and time_s - last[0] < self.config.down_window_s
+            and supply[taker] >= floors[taker]
+        ):
+            keeper = 1 - taker
+            decided[keeper] = supply[keeper]
+            gpus = (self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
+            trimmed = enforce_limits((supply[0], supply[1]), (decided[0], decided[1]), limits, *gpus)
+            decided[0], decided[1] = trimmed.prefill, trimmed.decode
+            return f"{('Prefill', 'Decode')[keeper]}KeepsConvertedInstances"
+        self._converted_into = (time_s, taker)
+        return ""
 
-    def _blame_latency_misses(self, observation: Observation) -> dict[int, str]:
+    def _blame_latency_misses(self, observation: Observation, *, decode_short: bool) -> dict[int, str]:
         """Pool index → reason, for each measured p90 above `latency_feedback` × SLO (model too optimistic).
 
         A TPOT miss is decode's. A TTFT miss is prefill's unless the decode pool's KV cache is full
-        (`decode_kv_full`): then requests wait for decode admission after their prefill, and another
-        prefill instance would only deliver them to the same full cache faster.
+        (`decode_kv_full`) or decode is below its model floor (`decode_short`): then requests wait for
+        decode admission after their prefill, and another prefill instance would only deliver them to
+        the same busy decode pool faster (decode grows to its floor already).
         """
         if self.config.latency_feedback == 0:
             return {}
@@ -333,6 +361,8 @@ class XpydPolicy:
         if self._missed(observation.ttft_p90_s, self.context.ttft_slo_s):
             if self._decode_kv_full(observation):
                 blamed.setdefault(1, "DecodeKvFullTtftMissed")
+            elif decode_short:
+                blamed.setdefault(1, "DecodeShortTtftMissed")
             else:
                 blamed[0] = "PrefillSloMissedAboveFloor"
         return blamed
@@ -395,7 +425,6 @@ def _release_for_conversion(
     limits: Limits,
     *,
     denied: list[int],
-    frozen: int | None = None,
 ) -> str:
     """Let a pool with a surplus give instances to a pool that grows now, instead of after its window.
 
@@ -409,15 +438,12 @@ def _release_for_conversion(
 
     `denied` is growth per pool that the GPU budget trimmed away: with the budget spent, the growing
     pool gets exactly what the other releases (so the total never exceeds what the budget allowed).
-    The `frozen` pool releases nothing (`XpydPolicy._kept`).
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, shrink, role in ((0, 1, "Decode"), (1, 0, "Prefill")):
         growth = max(0, decided[grow] - supply[grow]) + denied[grow]
         surplus = min(decided[shrink], supply[shrink]) - max(keep[shrink], minimums[shrink])
         if growth > 0 and surplus > 0 and not held[shrink]:
-            if shrink == frozen:
-                return f"{role}KeepsConvertedInstances"
             moves = min(growth, surplus)
             decided[shrink] = min(decided[shrink], supply[shrink]) - moves
             decided[grow] += min(moves, denied[grow])
