@@ -102,6 +102,24 @@ def test_kwok_create_retries_once_from_a_clean_slate(
     assert log.count("delete --name") == deletes  # a failed start is cleaned up first
 
 
+def test_kwok_create_retries_a_cluster_that_came_up_unusable(tmp_path: Path) -> None:
+    """kwokctl's create succeeded but its kwok controller lost a port race: the nodes never become
+    Ready, so the attempt counts as failed and the next one starts from a clean slate."""
+    calls = _fake_kwokctl(tmp_path, failures=0)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    checks: list[int] = []
+
+    def usable() -> None:
+        checks.append(1)
+        if len(checks) == 1:
+            raise ClusterError("timed out waiting for the condition on nodes/kwok-node-0")
+
+    _create_kwok_cluster("c", workdir, dict(os.environ), tmp_path, {}, usable=usable)
+    log = calls.read_text().splitlines()
+    assert (log.count("--config create"), log.count("delete --name"), len(checks)) == (2, 1, 2)
+
+
 def test_wait_until_names_what_it_waited_for() -> None:
     with pytest.raises(TimeoutError, match="timed out after 0s waiting for the moon"):
         wait_until(lambda: False, 0.2, "the moon", interval=0.05)

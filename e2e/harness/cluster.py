@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,12 +260,21 @@ def _write_kwokctl_config(workdir: Path, bin_dir: Path, component_args: Componen
 # kwokctl picks the ports of etcd, kube-controller-manager and kwok itself; another cluster starting at
 # the same moment can take one first ("bind: address already in use"), and a start on two saturated cores
 # can miss kwokctl's wait. Both are the machine's, not the code under test: one more attempt from scratch.
+# kwokctl's create can also succeed while its kwok controller lost the port race (a CI run's nodes then
+# never became Ready), so an attempt includes the caller's check that the cluster is usable.
 KWOK_CREATE_ATTEMPTS = 2
 
 
 def _create_kwok_cluster(
-    name: str, workdir: Path, env: dict[str, str], bin_dir: Path, component_args: ComponentArgs
+    name: str,
+    workdir: Path,
+    env: dict[str, str],
+    bin_dir: Path,
+    component_args: ComponentArgs,
+    *,
+    usable: Callable[[], None] = lambda: None,
 ) -> None:
+    """kwokctl's create and then `usable()` (raising ClusterError when not), retried from a clean slate."""
     kwokctl = str(bin_dir / "kwokctl")
     for attempt in range(1, KWOK_CREATE_ATTEMPTS + 1):
         config = _write_kwokctl_config(workdir, bin_dir, component_args)
@@ -288,6 +297,7 @@ def _create_kwok_cluster(
                 env,
                 timeout=300,
             )
+            usable()
             return
         except ClusterError as error:
             if attempt == KWOK_CREATE_ATTEMPTS:
@@ -339,18 +349,22 @@ def _kwok_cluster(name: str, nodes: int, component_args: ComponentArgs) -> Itera
     )
     kwokctl = str(bin_dir / "kwokctl")
     become_subreaper()
-    try:
-        _create_kwok_cluster(name, workdir, env, bin_dir, component_args)
-        wait_until(kubeconfig.exists, 30, f"{kubeconfig} to be written")
-        cluster.nodes = [f"kwok-node-{i}" for i in range(nodes)]
-        cluster.pod_network = loopback_pod_network()
-        manifests = [
-            _fake_node_manifest(node, i, cluster.pod_network) for i, node in enumerate(cluster.nodes)
-        ]
+    cluster.nodes = [f"kwok-node-{i}" for i in range(nodes)]
+    cluster.pod_network = loopback_pod_network()
+    manifests = [_fake_node_manifest(node, i, cluster.pod_network) for i, node in enumerate(cluster.nodes)]
+
+    def nodes_ready() -> None:
+        try:
+            wait_until(kubeconfig.exists, 30, f"{kubeconfig} to be written")
+        except TimeoutError as error:
+            raise ClusterError(str(error)) from error
         cluster.kubectl(
             "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
         )
         cluster.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=120s", timeout=150)
+
+    try:
+        _create_kwok_cluster(name, workdir, env, bin_dir, component_args, usable=nodes_ready)
         yield cluster
     except BaseException:
         cluster.dump_logs()
