@@ -19,6 +19,7 @@ from xpyd_controller.sim.policies import policy_names
 PLAN = ["plan", "--model", "llama-3.1-8b", "--rate", "10", "--isl", "4096", "--osl", "256"]
 CUSTOM = ["plan", "--rate", "1", "--isl", "1000", "--osl", "100", "--params", "8e9", "--layers", "32"]
 SLOW = ["simulate", "--scenario", "drift-day", "--policy", "xpyd"]  # minutes of simulation if it ran
+KNOBBED = ["simulate", "--scenario", "step-10-20", "--policy", "xpyd"]
 UNWRITABLE = "/proc/xpyd-plot.png"  # /proc takes no new files, even as root
 
 CASES = [
@@ -63,6 +64,31 @@ CASES = [
     (["simulate", "--mode", "colocated", "--policy", "xpyd"], 2, "--policy = 'xpyd': autoscaling runs need"),
     (["simulate", "--scenario", "no-such-scenario"], 2, "scenario = 'no-such-scenario': neither a built-in"),
     (["simulate", "--rate", "fast"], 2, "argument --rate: invalid float value: 'fast'"),
+    # xpyd simulate: policy knobs (checked when the policy is built, before the run)
+    ([*KNOBBED, "--knob", "tolerance=1.5"], 2, "policy 'xpyd': tolerance = 1.5: must be in [0, 0.99]"),
+    ([*KNOBBED, "--knob", "speed=2"], 2, "policy 'xpyd': speed = 2.0: unknown knob"),
+    (
+        [*KNOBBED, "--knob", "up_instances=1.5"],
+        2,
+        "policy 'xpyd': up_instances = 1.5: must be a whole number",
+    ),
+    ([*KNOBBED, "--knob", "tolerance"], 2, "--knob = 'tolerance': must be NAME=VALUE"),
+    ([*KNOBBED, "--knob", "tolerance=fast"], 2, "--knob tolerance = 'fast': must be a number"),
+    (
+        [*KNOBBED, "--knob", "tolerance=0.2", "--knob", "tolerance=0.3"],
+        2,
+        "--knob tolerance = '0.3': given more than once",
+    ),
+    (
+        [*KNOBBED[:3], "--policy", "oracle-window", "--knob", "tolerance=0.2"],
+        2,
+        "policy 'oracle-window': tolerance = 0.2: the hindsight oracles take no knobs",
+    ),
+    (
+        ["simulate", "--rate", "4", "--knob", "tolerance=0.2"],
+        2,
+        "--knob = 'tolerance=0.2': needs a policy in the loop",
+    ),
 ]
 
 

@@ -72,37 +72,6 @@ def test_colocated_split_takes_a_gpu_count(capsys: pytest.CaptureFixture[str]) -
     assert out["goodput"] == pytest.approx(0.997, abs=0.015)
 
 
-@pytest.mark.parametrize(
-    ("knobs", "message"),
-    [
-        (["tolerance=1.5"], "policy 'xpyd': tolerance = 1.5: must be in [0, 0.99]"),
-        (["speed=2"], "policy 'xpyd': speed = 2.0: unknown knob"),
-        (["up_instances=1.5"], "policy 'xpyd': up_instances = 1.5: must be a whole number"),
-        (["tolerance"], "--knob = 'tolerance': must be NAME=VALUE"),
-        (["tolerance=fast"], "--knob tolerance = 'fast': must be a number"),
-        (["tolerance=0.2", "tolerance=0.3"], "--knob tolerance = '0.3': given more than once"),
-    ],
-)
-def test_bad_knobs_exit_2_naming_knob_value_and_rule(
-    capsys: pytest.CaptureFixture[str], knobs: list[str], message: str
-) -> None:
-    argv = [arg for knob in knobs for arg in ("--knob", knob)]
-    assert main(["simulate", "--scenario", "step-10-20", "--policy", "xpyd", *argv]) == 2
-    assert message in " ".join(capsys.readouterr().err.split())
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--scenario", "step-10-20", "--policy", "oracle-window"],  # oracles have no knobs
-        ["--rate", "4"],  # no policy in the loop
-    ],
-)
-def test_knobs_without_a_knobbed_policy_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    assert main(["simulate", *argv, "--knob", "tolerance=0.2"]) == 2
-    assert "tolerance" in capsys.readouterr().err
-
-
 def test_knobs_reach_the_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "small.yaml"
     path.write_text(SMALL_STEP, encoding="utf-8")
