@@ -34,8 +34,8 @@ from e2e.harness.vllm_engine import ContainerProcess, container_process, vllm_en
 from xpyd_api.engines import ENGINES, EngineType
 from xpyd_api.models import PDDeployment, RouterType, parse_pdd
 from xpyd_api.names import Role
-from xpyd_controller.metrics.prometheus import PrometheusSource
-from xpyd_controller.metrics.promql import ROUTER_METRICS, Scope, build_queries
+from xpyd_controller.adapters.prometheus import PrometheusSource
+from xpyd_controller.control.promql import ROUTER_METRICS, Scope, build_queries
 from xpyd_operator import engine_client, render
 
 NAMESPACE, PDD_NAME = "realvllm", "tiny"

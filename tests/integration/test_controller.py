@@ -30,7 +30,7 @@ from tests.integration.controller import (
 from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
 
 from xpyd_api.testing import ProgramProcess
-from xpyd_controller.metrics.promql import POLICY_SIGNALS
+from xpyd_controller.control.promql import POLICY_SIGNALS
 from xpyd_controller.model.calibration import mbu_from_decode_step
 from xpyd_controller.model.presets import GPU_PRESETS, MODEL_PRESETS
 from xpyd_controller.testing import ControllerProcess

@@ -19,8 +19,8 @@ from e2e.harness.procs import wait_until
 from e2e.harness.prometheus import start_prometheus
 
 from xpyd_api.engines import VLLM_METRICS as VLLM
-from xpyd_controller.metrics.prometheus import PrometheusSource
-from xpyd_controller.metrics.promql import VLLM_ROUTER, Scope, Signal, build_queries
+from xpyd_controller.adapters.prometheus import PrometheusSource
+from xpyd_controller.control.promql import VLLM_ROUTER, Scope, Signal, build_queries
 
 pytestmark = pytest.mark.prometheus
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpyd_controller.metrics.endpoints import url_problem
+from xpyd_controller.control.endpoints import url_problem
 
 ALLOWED = [
     "http://prometheus.monitoring.svc:9090",

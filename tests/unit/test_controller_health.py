@@ -7,7 +7,7 @@ import urllib.request
 
 from e2e.harness.procs import free_port
 
-from xpyd_controller.health import LoopHealth, serve_health
+from xpyd_controller.adapters.health import LoopHealth, serve_health
 
 
 def test_live_until_no_pass_for_too_long_ready_after_the_first() -> None:

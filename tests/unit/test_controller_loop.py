@@ -14,8 +14,8 @@ import pytest
 from xpyd_api.models import PDDeployment
 from xpyd_api.names import LABEL_ROLE, LABEL_SERVING
 from xpyd_controller.control.loop import Controller, Settings
+from xpyd_controller.control.promql import POLICY_SIGNALS, Signal
 from xpyd_controller.control.status import DecisionRecord
-from xpyd_controller.metrics.promql import POLICY_SIGNALS, Signal
 from xpyd_controller.model.calibration import MIN_SAMPLES
 from xpyd_controller.model.presets import GPU_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.roofline import decode_step_seconds, prefill_seconds

@@ -6,15 +6,15 @@ import math
 
 import pytest
 
-from xpyd_controller.metrics.observation import (
+from xpyd_controller.adapters.prometheus import single_value
+from xpyd_controller.control.observation import (
     build_observation,
     implausible_signals,
     live_window,
     missing_signals,
     sanitized,
 )
-from xpyd_controller.metrics.prometheus import single_value
-from xpyd_controller.metrics.promql import POLICY_SIGNALS, Signal
+from xpyd_controller.control.promql import POLICY_SIGNALS, Signal
 from xpyd_controller.model.calibration import LiveWindow
 from xpyd_controller.policy.types import PoolState
 

@@ -9,7 +9,7 @@ import pytest
 from xpyd_api.engines import ENGINES, EngineType
 from xpyd_api.engines import SGLANG_METRICS as SGLANG
 from xpyd_api.engines import VLLM_METRICS as VLLM
-from xpyd_controller.metrics.promql import (
+from xpyd_controller.control.promql import (
     VLLM_ROUTER,
     LabelNames,
     RouterMetrics,

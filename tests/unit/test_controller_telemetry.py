@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from xpyd_api.models import parse_pdd
+from xpyd_controller.adapters.telemetry import PrometheusTelemetry
 from xpyd_controller.control.status import DecisionRecord
 from xpyd_controller.policy.types import Decision, Observation, PoolState
-from xpyd_controller.telemetry import PrometheusTelemetry
 
 PDD = parse_pdd(
     {

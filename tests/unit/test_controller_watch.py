@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from xpyd_controller.k8s.cluster import apply_event
+from xpyd_controller.adapters.k8s import apply_event
 
 
 def obj(uid: str, generation: int = 1) -> dict[str, Any]:

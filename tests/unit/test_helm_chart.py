@@ -13,7 +13,7 @@ from prometheus_client.metrics_core import Metric
 from tests.helm_chart import CHART_DIR, ROOT, default_values, leaf_values, value_comments
 
 from xpyd_api.engines import VLLM_METRICS as VLLM
-from xpyd_controller.telemetry import PrometheusTelemetry
+from xpyd_controller.adapters.telemetry import PrometheusTelemetry
 
 DOCS_PATH = ROOT / "docs" / "helm.md"
 TABLE_ROW = re.compile(r"^\| `([^`]+)` \| `(.*)` \| (.*) \|$")

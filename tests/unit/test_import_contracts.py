@@ -30,10 +30,10 @@ PROBES = [
     ("xpyd_api/names.py", "import xpyd_operator.render", "not allowed to import xpyd_operator"),
     (
         "xpyd_controller/policy/static.py",
-        "import xpyd_controller.cli_plan",
+        "import xpyd_controller.cli.plan",
         "policy is not allowed to import",
     ),
-    ("xpyd_controller/controller.py", "import xpyd_controller.cli_controller", "is not allowed to import"),
+    ("xpyd_controller/controller.py", "import xpyd_controller.cli.controller", "is not allowed to import"),
     ("xpyd_controller/model/sizing.py", "import xpyd_controller.policy", "model is not allowed to import"),
     ("xpyd_controller/sim/runner.py", "import xpyd_controller.control.loop", "not allowed to import"),
     ("xpyd_operator/render.py", "import xpyd_operator.reconcile", "render is not allowed to import"),

@@ -152,13 +152,13 @@ def test_traffic_hit_fraction_marks_cached_prompt_tokens(kind: str) -> None:
 
 
 def test_help_lists_every_policy() -> None:
-    from xpyd_controller.cli_simulate import POLICY_NAMES
+    from xpyd_controller.cli.simulate import POLICY_NAMES
     from xpyd_controller.sim.policies import policy_names
 
     assert policy_names() == POLICY_NAMES
 
 
 def test_plot_marks_where_each_pool_grew_and_shrank() -> None:
-    from xpyd_controller.cli_simulate import _step_markers
+    from xpyd_controller.cli.simulate import _step_markers
 
     assert _step_markers([0.0, 1.0, 2.0, 3.0], [2, 3, 3, 1]) == ([1.0], [3], [3.0], [1])

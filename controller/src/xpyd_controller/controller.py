@@ -1,6 +1,6 @@
 """The controller process: wires the Kubernetes and Prometheus adapters, leader election and the own
-/metrics endpoint around the pure decision loop. Its entry point is `cli_controller.py` (`xpyd controller`
-= `python -m xpyd_controller.cli_controller`), which imports this module, never the other way round.
+/metrics endpoint around the pure decision loop. Its entry point is `cli/controller.py` (`xpyd controller`
+= `python -m xpyd_controller.cli.controller`), which imports this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import threading
 import time
 from pathlib import Path
 
+from xpyd_controller.adapters.health import LoopHealth, serve_health
+from xpyd_controller.adapters.k8s import ControllerCluster, connect
+from xpyd_controller.adapters.prometheus import PrometheusSource
+from xpyd_controller.adapters.telemetry import PrometheusTelemetry
 from xpyd_controller.control.lease import LeaderElector
 from xpyd_controller.control.loop import Controller, Settings
+from xpyd_controller.control.promql import LabelNames
 from xpyd_controller.control.status import DecisionRecord
-from xpyd_controller.health import LoopHealth, serve_health
-from xpyd_controller.k8s.cluster import ControllerCluster, connect
-from xpyd_controller.metrics.prometheus import PrometheusSource
-from xpyd_controller.metrics.promql import LabelNames
-from xpyd_controller.telemetry import PrometheusTelemetry
 
 logger = logging.getLogger("xpyd_controller")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -1,6 +1,6 @@
 """The one raw Kubernetes client: raw JSON calls through the official client's ApiClient.
 
-The operator uses it as it is; the controller's adapter (xpyd_controller.k8s.cluster) adds the calls only
+The operator uses it as it is; the controller's adapter (xpyd_controller.adapters.k8s) adds the calls only
 the controller makes. The only I/O module of the shared contract (an import-linter contract says so).
 
 Raw dicts rather than the client's model classes: the pure modules render and parse plain JSON, and this

@@ -1,2 +1,3 @@
 """The controller's pure core: pool counts, policy setup from a PDDeployment, status rendering, lease
-arithmetic and the decision loop over Protocol-typed ports (the adapters in `k8s` and `metrics` do I/O)."""
+arithmetic, PromQL per engine family, the Observation built from its answers, URL checks, and the
+decision loop over Protocol-typed ports (the adapters in `adapters` do the I/O)."""

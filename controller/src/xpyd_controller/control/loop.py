@@ -32,7 +32,24 @@ from xpyd_api.engines import ENGINES
 from xpyd_api.errors import InputError
 from xpyd_api.models import AutoscalingMode, PDDeployment, PDDSpecError, parse_pdd
 from xpyd_api.names import Role
+from xpyd_controller.control.endpoints import url_problem
+from xpyd_controller.control.observation import (
+    build_observation,
+    implausible_signals,
+    live_window,
+    missing_signals,
+    sanitized,
+)
 from xpyd_controller.control.pools import pool_states
+from xpyd_controller.control.promql import (
+    POLICY_SIGNALS,
+    ROUTER_METRICS,
+    LabelNames,
+    Scope,
+    Signal,
+    build_queries,
+    check_window,
+)
 from xpyd_controller.control.setup import SetupError, calibrated_gpu, gpu_spec, limits, policy_context
 from xpyd_controller.control.status import (
     DecisionRecord,
@@ -41,23 +58,6 @@ from xpyd_controller.control.status import (
     render_autoscaler,
     replacing_patch,
     timestamp,
-)
-from xpyd_controller.metrics.endpoints import url_problem
-from xpyd_controller.metrics.observation import (
-    build_observation,
-    implausible_signals,
-    live_window,
-    missing_signals,
-    sanitized,
-)
-from xpyd_controller.metrics.promql import (
-    POLICY_SIGNALS,
-    ROUTER_METRICS,
-    LabelNames,
-    Scope,
-    Signal,
-    build_queries,
-    check_window,
 )
 from xpyd_controller.model.calibration import LiveWindow, OnlineCalibration
 from xpyd_controller.model.specs import GpuSpec

@@ -1,5 +1,5 @@
 """One rule from (preset, overrides) to the capacity model's specs, for the PDDeployment (control/setup.py),
-`xpyd plan`'s flags (cli_plan.py) and scenario files (sim/scenarios.py): a preset fills every number and
+`xpyd plan`'s flags (cli/plan.py) and scenario files (sim/scenarios.py): a preset fills every number and
 each override given replaces one; without a model preset the model's shape must be given; a GPU or link
 without a preset takes the caller's default (the CR's and the CLI's: h100-sxm, ib-400g).
 

@@ -1,7 +1,7 @@
 """vLLM-named engine metrics of one simulated instance, rendered in the Prometheus text format (pure).
 
 The live fleet keeps one `EngineSeries` per instance; `render` turns it into what a real vLLM server's
-/metrics would show for the series the controller (metrics/promql.py) and the operator (drain) read:
+/metrics would show for the series the controller (control/promql.py) and the operator (drain) read:
 vLLM's newest names from the engine table (xpyd_api.engines).
 Counters and histograms are cumulative for the life of the instance: a role switch by routing does not
 restart the engine, so they never go down.

@@ -1,4 +1,4 @@
-"""`xpyd controller` (= `python -m xpyd_controller.cli_controller`): run the autoscaling controller against
+"""`xpyd controller` (= `python -m xpyd_controller.cli.controller`): run the autoscaling controller against
 the current cluster. The process itself is `controller.py`, imported only when the command runs."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m xpyd_controller.cli_controller",
+        prog="python -m xpyd_controller.cli.controller",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

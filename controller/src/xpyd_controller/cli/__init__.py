@@ -16,13 +16,13 @@ from xpyd_controller import __version__
 
 # Subcommand → (its module, with `register(subparsers, help_text)` that sets `func`; its help line).
 COMMANDS = {
-    "plan": ("xpyd_controller.cli_plan", "size prefill/decode pools for a model, GPU, link and traffic"),
+    "plan": ("xpyd_controller.cli.plan", "size prefill/decode pools for a model, GPU, link and traffic"),
     "simulate": (
-        "xpyd_controller.cli_simulate",
+        "xpyd_controller.cli.simulate",
         "replay traffic against a fleet and a policy; goodput, GPU-hours, plots",
     ),
     "controller": (
-        "xpyd_controller.cli_controller",
+        "xpyd_controller.cli.controller",
         "run the autoscaling controller (reads Prometheus, writes replicas and status)",
     ),
 }
@@ -69,7 +69,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     return int(result or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

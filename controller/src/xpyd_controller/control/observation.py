@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from xpyd_controller.metrics.promql import POLICY_SIGNALS, Signal
+from xpyd_controller.control.promql import POLICY_SIGNALS, Signal
 from xpyd_controller.model.calibration import LiveWindow
 from xpyd_controller.policy.types import Observation, PoolState
 

@@ -1,1 +1,0 @@
-"""The controller's only Kubernetes I/O (PDDeployments, instance pods, Events, the leader Lease)."""
