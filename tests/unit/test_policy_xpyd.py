@@ -296,16 +296,19 @@ def test_a_surplus_pool_releases_instances_for_conversion_at_once() -> None:
     ("later_s", "decode", "changes", "released"),
     [
         (15, 0, {"tpot_p90_s": 0.12}, False),  # a latency blip on decode: prefill keeps what it took
-        (300, 0, {"tpot_p90_s": 0.12}, True),  # one down window later it may give back
+        (330, 0, {"tpot_p90_s": 0.12}, True),  # one down window after it settled it may give back
         (15, -1, {}, True),  # decode below its model floor: the mix really reversed
     ],
 )
-def test_a_pool_keeps_converted_instances_for_one_down_window_unless_the_mix_reversed(
+def test_a_pool_keeps_converted_instances_for_a_down_window_after_they_settle_unless_the_mix_reversed(
     later_s: float, decode: int, changes: dict[str, Any], released: bool
 ) -> None:
     x, y = floor(20.0)
     scaler = policy(tolerance=0.5)  # a band wide enough to keep prefill's x + 1 unless released
     assert "DecodeReleasedForConversion" in scaler.decide(observe(0, x - 2, y + 3), Limits()).reasons
+    converting = observe(5, PoolState(ready=x - 2, starting=2), PoolState(ready=y + 1, draining=2))
+    scaler.decide(converting, Limits())  # in flight: the hold starts once the conversion settled
+    scaler.decide(observe(15, x + 1, y + 1), Limits())  # settled
     decision = scaler.decide(observe(later_s, x + 1, y + decode, **changes), Limits())
     assert decision.details["prefill_down_target"] >= x + 1
     assert ("PrefillReleasedForConversion" in decision.reasons) is released

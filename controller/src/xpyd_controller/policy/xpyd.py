@@ -130,6 +130,12 @@ class _Smoothed:
         self._time_s = time_s
 
 
+@dataclass
+class _Converted:
+    taker: int  # the pool that grew
+    settled_s: float | None = None  # the first decision after it with neither pool in flight
+
+
 class XpydPolicy:
     name = "xpyd"
 
@@ -153,7 +159,7 @@ class XpydPolicy:
         self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
         self._lengths = _Smoothed(config.length_smoothing_s)
-        self._converted_into: tuple[float, int] | None = None  # (time, pool) of the last release
+        self._converted: _Converted | None = None  # the last conversion this policy asked for
         self._forecast = RateForecast(config.forecast_horizon_s) if config.forecast_horizon_s else None
 
     def use_gpu(self, gpu: GpuSpec) -> None:
@@ -303,7 +309,11 @@ class XpydPolicy:
                 for want, high, got, hold in zip(recommended, maxima, decided, held, strict=True)
             ]
             released = _release_for_conversion(supply, keep, decided, held, limits, denied=denied)
-            reasons.append(self._hold_converted(time_s, supply, floors, decided, limits) or released)
+            hold_s = max(self.config.down_window_s, observation.window_s)
+            kept = self._hold_converted(
+                time_s, hold_s=hold_s, held=held, supply=supply, floors=floors, decided=decided, limits=limits
+            )
+            reasons.append(kept or released)
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -313,27 +323,39 @@ class XpydPolicy:
         )
 
     def _hold_converted(
-        self, time_s: float, supply: list[int], floors: tuple[int, int], decided: list[int], limits: Limits
+        self,
+        time_s: float,
+        *,
+        hold_s: float,
+        held: list[bool],
+        supply: list[int],
+        floors: tuple[int, int],
+        decided: list[int],
+        limits: Limits,
     ) -> str:
-        """Undo a conversion back within one down window of the last, unless the mix really reversed.
+        """Undo a conversion back soon after the last one, unless the mix really reversed.
 
         A conversion is one pool shrinking while the other grows (the driver converts then), whether the
         release paired them or the GPU budget took one pool's growth out of the other. Both skip the down
         window, so right after a conversion a latency blip could send the instance straight back (P→D,
-        then D→P 20 s later). So a pool that took instances keeps them for `down_window_s`, unless the
-        pool they came from is below its model floor; the other pool's growth is then trimmed to the
-        budget (a cold start instead, if there is room).
+        then D→P 20 s later). So a pool that took instances keeps them until `hold_s` (the down window,
+        or the rate window if longer: the metrics must have seen the converted instance serve) after the
+        conversion settled (neither pool in flight), unless the pool they came from is below its model
+        floor; the other pool's growth is then trimmed to the budget (a cold start instead, if there is
+        room).
         """
+        last = self._converted
+        if last is not None and last.settled_s is None and not any(held):
+            last.settled_s = time_s
         grows = [want > have for want, have in zip(decided, supply, strict=True)]
         shrinks = [want < have for want, have in zip(decided, supply, strict=True)]
         if not (grows[0] and shrinks[1]) and not (grows[1] and shrinks[0]):
             return ""
         taker = 0 if grows[0] else 1
-        last = self._converted_into
         if (
             last is not None
-            and last[1] == 1 - taker
-            and time_s - last[0] < self.config.down_window_s
+            and last.taker == 1 - taker
+            and (last.settled_s is None or time_s - last.settled_s < hold_s)
             and supply[taker] >= floors[taker]
         ):
             keeper = 1 - taker
@@ -342,7 +364,7 @@ class XpydPolicy:
             trimmed = enforce_limits((supply[0], supply[1]), (decided[0], decided[1]), limits, *gpus)
             decided[0], decided[1] = trimmed.prefill, trimmed.decode
             return f"{('Prefill', 'Decode')[keeper]}KeepsConvertedInstances"
-        self._converted_into = (time_s, taker)
+        self._converted = _Converted(taker)
         return ""
 
     def _blame_latency_misses(self, observation: Observation, *, decode_short: bool) -> dict[int, str]:
