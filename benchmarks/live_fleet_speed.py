@@ -1,8 +1,9 @@
-"""How much of one core the demo's live fleet needs to keep up with the wall clock.
+"""How much of one core the in-process live fleet needs to keep up with the wall clock.
 
-The fleet (`xpyd_controller.sim.live`) runs in real time in the demo and the e2e test, next to the
-cluster, the operator, Prometheus and the controller on 2 shared cores. This drives it exactly as
-`e2e/fleet.py` does — `advance()` every 50 ms of fleet time, every instance's /metrics rendered every
+The fleet (`xpyd_controller.sim.live`) ran in real time in the demo and the e2e test (they now run engine
+stand-ins behind the real router instead), next to the cluster, the operator, Prometheus and the
+controller on 2 shared cores. This drives it as the demo did — `advance()` every 50 ms of fleet time,
+every instance's /metrics rendered every
 2 s (one Prometheus scrape) — but as fast as it can, and reports CPU seconds per fleet second (the
 share of one core it would take live). The baseline in the same run is the same fleet with no traffic:
 the floor of ticking and rendering alone.
@@ -21,11 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from e2e.stack import DemoSettings, demo_manifest, live_fleet  # noqa: E402
+from e2e.stack import DemoSettings, demo_manifest, demo_traffic  # noqa: E402
 
 from bench_docs import publish  # noqa: E402
+from xpyd_api.models import PDDeploymentSpec  # noqa: E402
 from xpyd_api.names import Role  # noqa: E402
-from xpyd_controller.sim.live import LiveFleet  # noqa: E402
+from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec  # noqa: E402
+from xpyd_controller.sim.config import Hardware  # noqa: E402
+from xpyd_controller.sim.live import LiveFleet, LiveTraffic  # noqa: E402
 from xpyd_controller.sim.traces.synthetic import Constant  # noqa: E402
 
 SECTION = "## Live fleet speed (`benchmarks/live_fleet_speed.py`)"
@@ -51,9 +55,11 @@ LOADS = (
 def build(load: Load, traffic: bool) -> LiveFleet:
     """The demo's fleet at `load` (or with no arrivals at all, for the baseline)."""
     settings = replace(DemoSettings(), rate=load.rate, minutes=load.fleet_seconds / 60.0)
-    demo = live_fleet(demo_manifest("http://unused", settings), settings)
-    arrivals = demo.traffic if traffic else replace(demo.traffic, rate=Constant(0.0))
-    fleet = LiveFleet(demo.hardware, arrivals, demo.slo)
+    manifest = demo_manifest("http://unused", settings)
+    spec = PDDeploymentSpec.model_validate(manifest["spec"])
+    hardware = Hardware(model_spec(spec.model), gpu_spec(spec.hardware), link_spec(spec.hardware))
+    lengths, slo = demo_traffic(manifest, settings)
+    fleet = LiveFleet(hardware, LiveTraffic(Constant(load.rate if traffic else 0.0), lengths), slo)
     for index in range(load.prefill):
         fleet.add(f"p{index}", Role.PREFILL)
     for index in range(load.decode):
@@ -102,7 +108,7 @@ def main() -> int:
         f"average {load_average} at the end; medians of {args.runs} runs, loaded and idle interleaved).",
         "",
         f"The demo's PDDeployment (small GPU, 8B model) and swinging mix; `advance({TICK_S})` per tick and "
-        f"every instance's /metrics rendered every {SCRAPE_S:g} s, as `e2e/fleet.py` does live, but run "
+        f"every instance's /metrics rendered every {SCRAPE_S:g} s, as the demo's fleet did live, but run "
         "flat out. CPU seconds per fleet second is the share of one core the fleet takes in real time.",
         "",
         "| load | fleet seconds | requests completed | CPU s per fleet s | baseline: no traffic | headroom |",

@@ -1,9 +1,10 @@
-"""The local demo (`make demo`): a simulated GPU fleet under drifting traffic, the controller converting
-roles live.
+"""The local demo (`make demo`): vLLM engine stand-ins behind the real vllm-router under drifting traffic,
+the controller converting roles live.
 
-A real local cluster comes up; the operator, a real Prometheus, the live fleet (simulated vLLM engines
-on loopback, one per instance pod) and the controller start; a PDDeployment in Auto mode is applied;
-then traffic at a flat rate swings between long outputs and long prompts, and a progress line every few
+A real local cluster comes up; the operator, a real Prometheus, the pod runner (each instance pod's
+engine stand-in and the real vllm-router, on the pods' loopback IPs) and the controller start; a
+PDDeployment in Auto mode is applied; then traffic through the router at a flat rate swings between
+long outputs and long prompts, and a progress line every few
 seconds shows the pools, the controller's binding constraint and reasons, and conversions. At the end
 (or on Ctrl-C) a summary, then everything is stopped by pid.
 """
@@ -19,7 +20,7 @@ from types import FrameType
 
 from e2e.harness import start_cluster
 from e2e.stack import Demo, DemoSettings, Reversals, ScaleCounts, demo_stack, progress_line, targets_line
-from xpyd_controller.sim.live import FleetStats
+from e2e.traffic import TrafficStats
 
 
 def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -28,30 +29,30 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
 @dataclass
 class SloClock:
-    """Progress intervals in which the fleet's completed requests met the SLO at the target attainment."""
+    """Progress intervals in which the requests completed met the SLO at the target attainment."""
 
     attainment: float
     within: int = 0
     measured: int = 0
 
-    def add(self, fleet: FleetStats, previous: FleetStats) -> None:
-        done = fleet.completed - previous.completed
+    def add(self, traffic: TrafficStats, previous: TrafficStats) -> None:
+        done = traffic.completed - previous.completed
         if done:
             self.measured += 1
-            self.within += (fleet.within_slo - previous.within_slo) >= self.attainment * done
+            self.within += (traffic.within_slo - previous.within_slo) >= self.attainment * done
 
 
 def run(demo: Demo, progress_s: float) -> tuple[SloClock, Reversals]:
     """Print a progress line every `progress_s` seconds until the demo's minutes are up (or Ctrl-C)."""
     started = time.monotonic()
     deadline = started + demo.settings.minutes * 60.0
-    previous = demo.fleet.stats()
+    previous = demo.traffic.stats()
     clock = SloClock(attainment=0.9)
     reversals = Reversals(demo.settings.swing_s)
     try:
         while (now := time.monotonic()) < deadline:
             time.sleep(min(progress_s, max(0.0, deadline - now)))
-            stats = demo.fleet.stats()
+            stats = demo.traffic.stats()
             clock.add(stats, previous)
             pdd = demo.pdd()
             reversals.add(stats.now_s, pdd["spec"]["prefill"]["replicas"], pdd["spec"]["decode"]["replicas"])
@@ -60,9 +61,9 @@ def run(demo: Demo, progress_s: float) -> tuple[SloClock, Reversals]:
                 rate=demo.settings.rate,
                 long_prompts=demo.long_prompt_share(),
                 pdd=pdd,
-                fleet=stats,
+                traffic=stats,
                 previous=previous,
-                conversions=len(demo.fleet.switches),
+                conversions=len(demo.event_messages("Converted")),
             )
             print(line, flush=True)
             previous = stats
@@ -72,26 +73,27 @@ def run(demo: Demo, progress_s: float) -> tuple[SloClock, Reversals]:
 
 
 def summary(demo: Demo, clock: SloClock, reversals: Reversals) -> str:
-    fleet = demo.fleet.stats()
+    traffic = demo.traffic.stats()
     scale = ScaleCounts.of(demo.event_messages("ScaleDecision"))
     status = demo.pdd().get("status") or {}
     autoscaler = status.get("autoscaler") or {}
-    share = f"{100 * fleet.within_slo / fleet.completed:.0f}%" if fleet.completed else "-"
+    share = f"{100 * traffic.within_slo / traffic.completed:.0f}%" if traffic.completed else "-"
     time_share = f"{100 * clock.within / clock.measured:.0f}%" if clock.measured else "-"
     return "\n".join(
         [
-            f"summary after {fleet.now_s:.0f} s of traffic:",
-            f"  fleet: {fleet.arrived} requests arrived, {fleet.completed} completed, {share} of them within"
-            f" the SLO (TTFT and time per output token); SLO met at 90% attainment in {clock.within} of"
-            f" {clock.measured} progress intervals ({time_share} of the time); {fleet.recomputed} recomputed",
+            f"summary after {traffic.now_s:.0f} s of traffic through the router:",
+            f"  traffic: {traffic.sent} requests sent, {traffic.completed} completed, {share} of them within"
+            f" the SLO (TTFT and time per output token, as the client saw them); SLO met at 90% attainment in"
+            f" {clock.within} of {clock.measured} progress intervals ({time_share} of the time);"
+            f" {traffic.failed} failed",
             f"  controller: {scale.decisions} scale decisions: prefill up {scale.ups['prefill']} /"
             f" down {scale.downs['prefill']}, decode up {scale.ups['decode']} / down {scale.downs['decode']};"
             f" last binding {autoscaler.get('binding') or '-'} ({', '.join(autoscaler.get('reasons') or [])})",
-            f"  operator: {len(demo.event_messages('Converted'))} conversions (Converted events; the fleet saw"
-            f" {len(demo.fleet.switches)} role switches), {len(demo.event_messages('Created'))} Created and"
+            f"  operator: {len(demo.event_messages('Converted'))} conversions (Converted events),"
+            f" {len(demo.event_messages('Created'))} Created and"
             f" {len(demo.event_messages('Deleted'))} Deleted events",
             targets_line(
-                fleet.within_slo / fleet.completed if fleet.completed else None,
+                traffic.within_slo / traffic.completed if traffic.completed else None,
                 clock.within / clock.measured if clock.measured else None,
                 reversals.worst,
                 len(demo.event_messages("Converted")),
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="make demo",
         description="A real local Kubernetes cluster (kwok fake nodes by default; XPYD_CLUSTER=kind|existing) "
-        "with the operator, a real Prometheus, a simulated vLLM fleet and the xpyd controller; traffic "
+        "with the operator, a real Prometheus, vLLM engine stand-ins behind the real vllm-router and the xpyd "
+        "controller; traffic through the router "
         "swings between long outputs and long prompts, and the controller converts roles live.",
     )
     parser.add_argument("--nodes", type=int, default=3, help="fake GPU nodes to create (default 3)")
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         with demo_stack(cluster, settings) as demo:
             print(
-                f"operator, Prometheus ({demo.prometheus.url}), live fleet and controller started;"
+                f"operator, Prometheus ({demo.prometheus.url}), engines, router ({demo.traffic.url}) and"
+                " controller started;"
                 f" {settings.rate:g} req/s for {settings.minutes:g} min, mix swinging every"
                 f" {settings.swing_s:g} s (long outputs first)",
                 flush=True,

@@ -1,10 +1,14 @@
-"""The whole demo stack on a running cluster: operator, Prometheus, live fleet, controller, a PDDeployment
-in Auto, and traffic whose mix swings between long prompts and long outputs. Shared by `make demo`
-(e2e/demo.py) and the end-to-end test (e2e/test_demo.py), which runs it time-compressed.
+"""The whole demo stack on a running cluster: operator, Prometheus, the instance pods' engine stand-ins
+and the real vllm-router (run on their loopback pod IPs by the pod runner), controller, a PDDeployment in
+Auto, and traffic through the router whose mix swings between long prompts and long outputs. Shared by
+`make demo` (e2e/demo.py) and the end-to-end test (e2e/test_demo.py), which runs it time-compressed.
 
 The PDDeployment describes a deliberately small GPU (slow FLOP/s, little HBM): a few requests per second
-then keep a handful of instances busy, and the controller's capacity model and the simulated engines use
-the same numbers, so what the controller predicts is what the fleet does.
+then keep a handful of instances busy, and the controller's capacity model and the stand-ins' roofline
+use the same numbers (the spec's model and hardware, passed to every stand-in), so what the controller
+predicts is what the engines do. Prometheus scrapes the pods with the chart's PodMonitor relabelling, over
+the labels Kubernetes pod discovery gives (written by the pod runner: Debian's Prometheus build lacks
+kubernetes_sd_configs).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import contextlib
 import json
 import re
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +27,22 @@ from typing import Any, cast
 import numpy as np
 from kubernetes import client, config
 
-from e2e.fleet import FleetRunner, file_sd_scrape_config, running_fleet
 from e2e.harness import LocalCluster, PrometheusServer, start_prometheus
-from e2e.harness.procs import free_port
+from e2e.harness.pods import PodRunner, running_pods
+from e2e.harness.procs import free_port, wait_until
+from e2e.harness.prometheus import chart_pod_monitor, pod_monitor_scrape_config
+from e2e.traffic import RouterTraffic, TrafficStats, router_traffic
 from xpyd_api.models import PDDeploymentSpec
-from xpyd_api.names import GROUP, PLURAL, VERSION
-from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
-from xpyd_controller.sim.config import GoodputSlo, Hardware
-from xpyd_controller.sim.live import FleetStats, LiveFleet, LiveTraffic
+from xpyd_api.names import (
+    COMPONENT_INSTANCE,
+    COMPONENT_ROUTER,
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_PDD,
+    PLURAL,
+    VERSION,
+)
+from xpyd_controller.sim.config import GoodputSlo
 from xpyd_controller.sim.traces.synthetic import Constant, MixDrift, PiecewiseLinear, UniformLengths
 from xpyd_controller.testing import ControllerProcess
 from xpyd_operator.testing import OperatorProcess
@@ -40,7 +54,18 @@ PDD_NAME = "demo"
 LONG_OUTPUTS = UniformLengths(200, 800, 600, 1400)
 LONG_PROMPTS = UniformLengths(3000, 6000, 20, 80)
 MIX_RAMP_S = 5.0  # how quickly the mix flips at each swing
-OPERATOR_SETTINGS = {"XPYD_RESYNC_SECONDS": "2", "XPYD_ACTIVE_POLL_SECONDS": "0.5"}
+# The operator reads draining instances' /metrics at their pod IPs, as in a cluster.
+OPERATOR_SETTINGS = {
+    "XPYD_RESYNC_SECONDS": "2",
+    "XPYD_ACTIVE_POLL_SECONDS": "0.5",
+    "XPYD_PROBE_POD_IP": "true",
+}
+STANDIN_COMMAND = ["python", "-m", "xpyd_controller.standin"]
+# The stand-ins' KV lease (vLLM's default is 30 s): a converting prefill instance waits it out, and the
+# demo is time-compressed. Decode pulls at once after the prefill answered, well within it.
+KV_LEASE_S = 10.0
+STREAM_INTERVAL = 16  # tokens per streamed chunk: fewer chunks for the client and the router to carry
+ROUTER_IMAGE = "ghcr.io/vllm-project/vllm-router:v0.1.17"  # the version measured (docs/operator.md)
 
 
 @dataclass(frozen=True)
@@ -79,30 +104,42 @@ def mix_weight(swing_s: float, duration_s: float, swings: int = 0) -> PiecewiseL
 
 
 def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]:
-    """The PDDeployment the demo applies: vLLM (switch by routing), conversion allowed, Auto mode."""
+    """The PDDeployment the demo applies: vLLM (switch by routing), conversion allowed, Auto mode.
+
+    Its engine is the stand-in, given the spec's own model and hardware to simulate.
+    """
     pool = {"replicas": 2, "minReplicas": 1, "maxReplicas": 5}
+    model = {"name": "demo/llama-3.1-8b", "preset": "llama-3.1-8b"}
+    hardware = {
+        "gpu": "h100-sxm",
+        "peakFlops": 3e14,
+        "mfu": 0.4,
+        "mbu": 1.0,
+        "hbmBandwidth": 1e12,
+        "hbmBytes": 20e9,
+        "link": "ib-400g",
+    }
+    simulate = json.dumps({"model": model, "hardware": hardware})
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "PDDeployment",
         "metadata": {"name": PDD_NAME},
         "spec": {
-            "model": {"name": "demo/llama-3.1-8b", "preset": "llama-3.1-8b"},
-            "hardware": {
-                "gpu": "h100-sxm",
-                "peakFlops": 3e14,
-                "mfu": 0.4,
-                "mbu": 1.0,
-                "hbmBandwidth": 1e12,
-                "hbmBytes": 20e9,
-                "link": "ib-400g",
-            },
+            "model": model,
+            "hardware": hardware,
             "slo": {"ttftSeconds": 2.0, "tpotSeconds": 0.04, "attainment": 0.9},
-            "engine": {"type": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+            "engine": {
+                "type": "vllm",
+                "image": "xpyd-standin:dev",
+                "command": STANDIN_COMMAND,
+                "args": ["--stream-interval", str(STREAM_INTERVAL), "--kv-lease-seconds", f"{KV_LEASE_S:g}"],
+                "env": [{"name": "XPYD_STANDIN_SPEC", "value": simulate}],
+            },
             "prefill": pool,
             "decode": pool,
-            "router": {"image": "ghcr.io/vllm-project/vllm-router:latest"},
-            # kvLeaseSeconds 0: the in-process fleet's instances hold no KV for another to pull
-            "conversion": {"enabled": True, "drainTimeoutSeconds": 20, "kvLeaseSeconds": 0},
+            # power_of_two: by load (the default cache_aware keeps light traffic on one instance per pool).
+            "router": {"image": ROUTER_IMAGE, "args": ["--policy", "power_of_two"]},
+            "conversion": {"enabled": True, "drainTimeoutSeconds": 60, "kvLeaseSeconds": KV_LEASE_S},
             "autoscaling": {
                 "mode": "Auto",
                 "intervalSeconds": settings.interval_s,
@@ -116,14 +153,13 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
     }
 
 
-def live_fleet(manifest: Mapping[str, Any], settings: DemoSettings) -> LiveFleet:
-    """Simulated engines with the PDDeployment's own model, GPU, link and SLO (as the controller reads them)."""
+def demo_traffic(manifest: Mapping[str, Any], settings: DemoSettings) -> tuple[MixDrift, GoodputSlo]:
+    """The traffic's length mix over time and the SLO the client measures (the PDDeployment's)."""
     spec = PDDeploymentSpec.model_validate(manifest["spec"])
-    hardware = Hardware(model_spec(spec.model), gpu_spec(spec.hardware), link_spec(spec.hardware))
     duration = settings.minutes * 60.0
     lengths = MixDrift(LONG_OUTPUTS, LONG_PROMPTS, mix_weight(settings.swing_s, duration, settings.swings))
     slo = GoodputSlo(ttft_s=spec.slo.ttft_seconds, tpot_s=spec.slo.tpot_seconds, max_token_gap_s=None)
-    return LiveFleet(hardware, LiveTraffic(Constant(settings.rate), lengths), slo, seed=settings.seed)
+    return lengths, slo
 
 
 @dataclass
@@ -133,7 +169,8 @@ class Demo:
     cluster: LocalCluster
     namespace: str
     settings: DemoSettings
-    fleet: FleetRunner
+    pods: PodRunner
+    traffic: RouterTraffic
     prometheus: PrometheusServer
     operator: OperatorProcess
     controller: ControllerProcess
@@ -150,6 +187,11 @@ class Demo:
         body = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, PDD_NAME)
         return cast(dict[str, Any], body)
 
+    def instance_pods(self) -> list[Any]:
+        """This PDDeployment's instance pods (kubernetes client objects)."""
+        selector = f"{LABEL_PDD}={PDD_NAME},{LABEL_COMPONENT}={COMPONENT_INSTANCE}"
+        return list(self._core.list_namespaced_pod(self.namespace, label_selector=selector).items)
+
     def event_messages(self, reason: str) -> list[str]:
         """Messages of this namespace's Events with `reason`, one per occurrence."""
         items = self._core.list_namespaced_event(self.namespace, field_selector=f"reason={reason}").items
@@ -157,7 +199,7 @@ class Demo:
 
     def long_prompt_share(self) -> float:
         weight = mix_weight(self.settings.swing_s, self.settings.minutes * 60.0, self.settings.swings)
-        return float(weight(np.asarray(self.fleet.stats().now_s)))
+        return float(weight(np.asarray(self.traffic.now_s)))
 
 
 def _controller_args(namespace: str, settings: DemoSettings) -> list[str]:
@@ -167,42 +209,65 @@ def _controller_args(namespace: str, settings: DemoSettings) -> list[str]:
     return ["--namespace", namespace, "--no-leader-elect", "--tick", "1", "--rate-window", window, *metrics]
 
 
+def router_url(cluster: LocalCluster, namespace: str, port: int) -> str | None:
+    """The router pod's address, once it has one."""
+    selector = f"{LABEL_PDD}={PDD_NAME},{LABEL_COMPONENT}={COMPONENT_ROUTER}"
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)
+    ips = [p["status"].get("podIP") for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+    return f"http://{ips[0]}:{port}" if ips and ips[0] else None
+
+
+def _router_answers(url: str | None) -> bool:
+    if url is None:
+        return False
+    try:
+        with urllib.request.urlopen(f"{url}/workers", timeout=2) as response:
+            stats = json.loads(response.read())["stats"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return False
+    return bool(stats.get("prefill_count") and stats.get("decode_count"))
+
+
 @contextlib.contextmanager
 def demo_stack(
     cluster: LocalCluster, settings: DemoSettings, namespace: str = "xpyd-demo", workdir: Path | None = None
 ) -> Iterator[Demo]:
     """Everything the demo runs, on `cluster`; each piece is stopped (by pid) on exit, in reverse order.
 
-    Logs and the Prometheus target file go to `workdir` (a new temporary folder, kept, by default).
+    Logs go to `workdir` (a new temporary folder, kept, by default); the pods' processes log under pods/.
     """
     workdir = workdir or Path(tempfile.mkdtemp(prefix="xpyd-demo-"))
     cluster.install_crd(CRD_PATH)
     cluster.kubectl("create", "namespace", namespace, check=False)
-    sd_file = workdir / "targets.json"
     with contextlib.ExitStack() as stack:
         operator = stack.enter_context(
             OperatorProcess(cluster.env(), workdir / "operator.log", [namespace], OPERATOR_SETTINGS)
         )
-        # The fleet writes the target file first, so Prometheus starts with a valid (empty) one.
-        manifest_for_fleet = demo_manifest("http://unused", settings)
-        runner = stack.enter_context(
-            running_fleet(
-                live_fleet(manifest_for_fleet, settings),
-                cluster.kubeconfig,
-                namespace=namespace,
-                pdd=PDD_NAME,
-                sd_file=sd_file,
-                model_name=manifest_for_fleet["spec"]["model"]["name"],
-            )
-        )
-        prometheus = stack.enter_context(start_prometheus(file_sd_scrape_config(sd_file)))
+        sd_file = workdir / "targets.json"
+        pods = stack.enter_context(running_pods(cluster, namespace, workdir / "pods", sd_file=sd_file))
+        scrape = pod_monitor_scrape_config(chart_pod_monitor(), sd_file)
+        prometheus = stack.enter_context(start_prometheus(scrape))
         manifest = demo_manifest(prometheus.url, settings)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+        port = PDDeploymentSpec.model_validate(manifest["spec"]).router.port
+        wait_until(
+            lambda: _router_answers(router_url(cluster, namespace, port)),
+            120,
+            "the router to serve both pools",
+            interval=0.5,
+        )
+        url = router_url(cluster, namespace, port)
+        assert url is not None
+        lengths, slo = demo_traffic(manifest, settings)
+        model = manifest["spec"]["model"]["name"]
+        traffic = stack.enter_context(
+            router_traffic(url, model, Constant(settings.rate), lengths, slo, seed=settings.seed)
+        )
         controller = ControllerProcess(
             cluster.env(), workdir / "controller.log", _controller_args(namespace, settings)
         )
         stack.enter_context(controller)
-        yield Demo(cluster, namespace, settings, runner, prometheus, operator, controller, workdir)
+        yield Demo(cluster, namespace, settings, pods, traffic, prometheus, operator, controller, workdir)
 
 
 # ---- what the demo prints ----------------------------------------------------------------------------------
@@ -287,11 +352,11 @@ def progress_line(
     rate: float,
     long_prompts: float,
     pdd: Mapping[str, Any],
-    fleet: FleetStats,
-    previous: FleetStats,
+    traffic: TrafficStats,
+    previous: TrafficStats,
     conversions: int,
 ) -> str:
-    """One readable line: traffic, pools ready/desired, the controller's last binding, the fleet's SLO."""
+    """One readable line: traffic, pools ready/desired, the controller's last binding, the client's SLO."""
     status = pdd.get("status") or {}
     spec = pdd.get("spec") or {}
 
@@ -301,13 +366,13 @@ def progress_line(
 
     autoscaler = status.get("autoscaler") or {}
     reasons = ",".join(autoscaler.get("reasons") or []) or "-"
-    done = fleet.completed - previous.completed
-    good = fleet.within_slo - previous.within_slo
+    done = traffic.completed - previous.completed
+    good = traffic.within_slo - previous.within_slo
     slo = f"{100 * good / done:3.0f}% in SLO" if done else "   - in SLO"
     mix = f"{100 * long_prompts:3.0f}% long-prompt"
     return (
         f"[{elapsed_s:5.0f}s] {rate:g} req/s {mix} | {pool('prefill')} {pool('decode')} ready/desired"
         f" | converting {status.get('converting', 0)}, conversions {conversions}"
         f" | binding {autoscaler.get('binding') or '-'} ({reasons})"
-        f" | fleet: {done} done {slo}, {fleet.in_system} in flight"
+        f" | traffic: {done} done {slo}, {traffic.in_flight} in flight, {traffic.failed} failed"
     )

@@ -1,5 +1,5 @@
-"""The demo's pure parts, without a cluster: the mix schedule, the fleet built from the PDDeployment,
-the Event tally and the progress line."""
+"""The demo's pure parts, without a cluster: the mix schedule, the stand-ins and traffic built from the
+PDDeployment, the Event tally and the progress line."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from e2e.stack import (
     Reversals,
     ScaleCounts,
     demo_manifest,
-    live_fleet,
+    demo_traffic,
     mix_weight,
     progress_line,
     targets_line,
 )
+from e2e.traffic import TrafficStats
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_controller.control.setup import gpu_spec, policy_context
-from xpyd_controller.sim.live import FleetStats
+from xpyd_controller.standin.__main__ import SPEC_ENV, hardware_of
 
 
 @pytest.mark.parametrize(
@@ -49,14 +50,16 @@ def test_a_limited_mix_holds_its_last_phase(time_s: float, share: float) -> None
     assert float(mix_weight(60.0, 240.0, swings=2)(np.asarray(time_s))) == pytest.approx(share)
 
 
-def test_the_fleet_uses_the_numbers_the_controller_reads_from_the_spec() -> None:
+def test_the_stand_ins_use_the_numbers_the_controller_reads_from_the_spec() -> None:
     settings = DemoSettings()
     manifest = demo_manifest("http://prometheus", settings)
     spec = PDDeploymentSpec.model_validate(manifest["spec"])
-    fleet = live_fleet(manifest, settings)
-    assert fleet.hardware.gpu == gpu_spec(spec.hardware)
-    assert fleet.hardware.model == policy_context(spec).model
-    assert (fleet.slo.ttft_s, fleet.slo.tpot_s) == (spec.slo.ttft_seconds, spec.slo.tpot_seconds)
+    (simulate,) = [e["value"] for e in manifest["spec"]["engine"]["env"] if e["name"] == SPEC_ENV]
+    hardware = hardware_of(simulate, spec.model.name, 1)
+    assert hardware.gpu == gpu_spec(spec.hardware)
+    assert hardware.model == policy_context(spec).model
+    _, slo = demo_traffic(manifest, settings)
+    assert (slo.ttft_s, slo.tpot_s) == (spec.slo.ttft_seconds, spec.slo.tpot_seconds)
     assert spec.autoscaling.prometheus is not None and spec.autoscaling.prometheus.url == "http://prometheus"
     assert LONG_PROMPTS.prompt_min > LONG_OUTPUTS.prompt_max
     assert LONG_OUTPUTS.output_min > LONG_PROMPTS.output_max
@@ -85,8 +88,8 @@ def test_scale_decisions_are_tallied_per_role_and_direction(
     assert (counts.decisions, counts.ups, counts.downs) == (len(messages), ups, downs)
 
 
-def _stats(completed: int, within: int, in_system: int) -> FleetStats:
-    return FleetStats(0.0, completed + in_system, completed, within, 0, in_system, 0)
+def _stats(completed: int, within: int, in_flight: int) -> TrafficStats:
+    return TrafficStats(0.0, completed + in_flight, completed, within, 0)
 
 
 def test_the_progress_line_shows_pools_binding_conversions_and_slo() -> None:
@@ -107,7 +110,7 @@ def test_the_progress_line_shows_pools_binding_conversions_and_slo() -> None:
         rate=4.0,
         long_prompts=1.0,
         pdd=pdd,
-        fleet=_stats(30, 27, 12),
+        traffic=_stats(30, 27, 12),
         previous=_stats(10, 10, 5),
         conversions=2,
     )
@@ -116,7 +119,7 @@ def test_the_progress_line_shows_pools_binding_conversions_and_slo() -> None:
         "prefill 2/3 decode 2/2 ready/desired",
         "converting 1, conversions 2",
         "binding gpu_budget (PrefillBelowModelFloor,LimitedByGpuBudget)",
-        "fleet: 20 done  85% in SLO, 12 in flight",
+        "traffic: 20 done  85% in SLO, 12 in flight, 0 failed",
     ):
         assert part in line
     assert "binding - (-)" in progress_line(
@@ -124,7 +127,7 @@ def test_the_progress_line_shows_pools_binding_conversions_and_slo() -> None:
         rate=4.0,
         long_prompts=0.0,
         pdd={},
-        fleet=_stats(0, 0, 0),
+        traffic=_stats(0, 0, 0),
         previous=_stats(0, 0, 0),
         conversions=0,
     )

@@ -195,6 +195,11 @@ class PodRunner:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 started.process.wait(timeout=10)
 
+    def processes(self) -> dict[str, PodProcess]:
+        """Every process of this runner by pod uid, terminating ones included (each holds its pod IP)."""
+        with self._lock:
+            return {**self.stopping, **self.running}
+
     def process_of(self, pod: str) -> PodProcess | None:
         with self._lock:
             return next((p for p in self.running.values() if p.pod == pod), None)

@@ -130,16 +130,13 @@ def test_failures_are_no_data_or_named_errors(engine_url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("metrics", "engine", "probe", "expected"),
+    ("engine", "probe", "expected"),
     [
-        ("http://h:1/metrics", None, False, "http://h:1/metrics"),
-        (None, "http://e:2/", False, "http://e:2/metrics"),
-        (None, None, True, "http://10.0.0.5:8000/metrics"),
-        (None, None, False, None),
+        ("http://e:2/", False, "http://e:2/metrics"),
+        (None, True, "http://10.0.0.5:8000/metrics"),
+        (None, False, None),
     ],
 )
-def test_metrics_url_precedence(
-    metrics: str | None, engine: str | None, probe: bool, expected: str | None
-) -> None:
-    instance = replace(make_instance("x-1", D), metrics_url=metrics, engine_url=engine, pod_ip="10.0.0.5")
+def test_metrics_url_precedence(engine: str | None, probe: bool, expected: str | None) -> None:
+    instance = replace(make_instance("x-1", D), engine_url=engine, pod_ip="10.0.0.5")
     assert engine_client.metrics_url(instance, EngineType.VLLM, 8000, probe) == expected

@@ -18,7 +18,6 @@ from typing import Any
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_ENGINE_URL,
-    ANNOTATION_METRICS_URL,
     ANNOTATION_TRANSITION,
     LABEL_ROLE,
     LABEL_SERVING,
@@ -127,7 +126,6 @@ class Instance:
     created: float
     transition: Transition | None = None
     conversions: int = 0
-    metrics_url: str | None = None
     engine_url: str | None = None
     rejected_flags: tuple[str, ...] = ()  # flags its engine exited on as unknown (an image too old)
 
@@ -197,7 +195,6 @@ def parse_instance(pod: dict[str, Any]) -> Instance | None:
         created=_epoch(metadata.get("creationTimestamp")),
         transition=Transition.from_json(record) if record else None,
         conversions=int(annotations.get(ANNOTATION_CONVERSIONS, "0") or 0),
-        metrics_url=annotations.get(ANNOTATION_METRICS_URL),
         engine_url=annotations.get(ANNOTATION_ENGINE_URL),
         rejected_flags=rejected_flags(status),
     )

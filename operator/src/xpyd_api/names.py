@@ -25,7 +25,6 @@ COMPONENT_ROUTER = "router"
 # Annotations on instance pods.
 ANNOTATION_TRANSITION = "xpyd.dev/transition"  # JSON record of an in-progress drain/conversion
 ANNOTATION_CONVERSIONS = "xpyd.dev/conversions"  # how many conversions this instance completed
-ANNOTATION_METRICS_URL = "xpyd.dev/metrics-url"  # overrides http://<podIP>:<port>/metrics
 ANNOTATION_ENGINE_URL = "xpyd.dev/engine-url"  # overrides http://<podIP>:<port> for the switch endpoint
 
 # Kopf bookkeeping, under our own names so two operators never share (or fight over) them.

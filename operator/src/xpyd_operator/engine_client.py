@@ -70,16 +70,12 @@ def base_url(instance: Instance, port: int, probe_pod_ip: bool) -> str | None:
     """Where the engine answers: the pod's annotation override, else its pod IP (when allowed)."""
     if instance.engine_url:
         return instance.engine_url.rstrip("/")
-    if instance.metrics_url:
-        return instance.metrics_url.rsplit("/metrics", 1)[0].rstrip("/")
     if probe_pod_ip and instance.pod_ip:
         return f"http://{instance.pod_ip}:{port}"
     return None
 
 
 def metrics_url(instance: Instance, engine: EngineType, port: int, probe_pod_ip: bool) -> str | None:
-    if instance.metrics_url:
-        return instance.metrics_url
     base = base_url(instance, port, probe_pod_ip)
     return f"{base}{ENGINES[engine].endpoints.metrics}" if base else None
 
