@@ -11,7 +11,7 @@ from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instan
 from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_operator.engine_client import parse_load
-from xpyd_operator.plan.actions import Action, AdvanceTransition, DeleteInstance
+from xpyd_operator.plan.actions import Action, AdvanceTransition, BeginTransition, DeleteInstance
 from xpyd_operator.plan.scaling import ROUTER_FOLLOW_SECONDS, PlanInput, plan, prefill_backlog_needed
 
 LEASE = 30.0
@@ -118,6 +118,35 @@ def test_no_drain_ends_before_the_router_can_have_dropped_the_instance() -> None
     assert [type(a) for a in drain_actions(no_router, fleet(early), idle, finished)] == [DeleteInstance]
 
 
+def listed_fleet(transition: Transition) -> list[Instance]:
+    """fleet() with pod IPs: x-<i> on 10.0.0.<i>."""
+    return [replace(i, pod_ip=f"10.0.0.{i.name[-1]}") for i in fleet(transition)]
+
+
+def router_actions(transition: Transition, listed: frozenset[str]) -> list[Action]:
+    idle = {"x-0": 0, "x-1": 0, "x-3": 0}
+    inp = PlanInput("x", SPEC, listed_fleet(transition), HASHES, idle, NOW, finished={"x-0": 1, "x-1": 1})
+    inp = replace(inp, router_listed=listed)
+    return [a for a in plan(inp) if isinstance(a, AdvanceTransition | DeleteInstance)]
+
+
+def test_the_drain_waits_while_a_router_still_lists_the_instance() -> None:
+    """Read from the routers' GET /workers: listed means it may still get new requests, however long ago
+    it was relabelled."""
+    long_ago = replace(decode_removal(since=NOW - 2 * ROUTER_FOLLOW_SECONDS), router_listed=True)
+    assert router_actions(long_ago, frozenset({"10.0.0.0", "10.0.0.3"})) == []
+
+
+def test_a_router_confirmed_drop_ends_the_follow_wait_at_once() -> None:
+    """No router lists it any more (one did when the drain began): the backlog is recorded in the same
+    pass, and with nothing queued at prefill the next pass deletes it."""
+    just_now = replace(decode_removal(since=NOW), router_listed=True)
+    (recorded,) = router_actions(just_now, frozenset({"10.0.0.0", "10.0.0.1", "10.0.0.2"}))
+    assert isinstance(recorded, AdvanceTransition) and recorded.transition.prefill_backlog == ()
+    after = router_actions(recorded.transition, frozenset({"10.0.0.0", "10.0.0.1", "10.0.0.2"}))
+    assert [type(a) for a in after] == [DeleteInstance]
+
+
 def test_prefill_backlog_is_read_only_while_a_decode_instance_drains() -> None:
     assert prefill_backlog_needed(SPEC, fleet(decode_removal(since=NOW)))
     converting_prefill = [make_instance("x-0", P, transition=convert(P)), make_instance("x-1", D)]
@@ -191,3 +220,26 @@ def test_finished_requests_are_the_prompt_histogram_count() -> None:
     load = parse_load(text, make_spec().engine.type)
     assert (load.in_flight, load.finished) == (3, 41)
     assert parse_load("", make_spec().engine.type).finished is None
+
+
+def test_an_instance_the_router_never_listed_waits_until_it_was_added_and_dropped() -> None:
+    """Measured on kwok: vllm-router adds one pod at a time, waiting up to 30 s for its health; a pod
+    drained meanwhile was absent from GET /workers, then added to its old pool (and got a request)
+    right before the router saw serving=false."""
+    others = frozenset({"10.0.0.0", "10.0.0.1", "10.0.0.2"})
+    pending = replace(decode_removal(since=NOW - 2 * ROUTER_FOLLOW_SECONDS), router_listed=False)
+    assert router_actions(pending, others) == []
+    (seen,) = router_actions(pending, others | {"10.0.0.3"})
+    assert isinstance(seen, AdvanceTransition) and seen.transition.router_listed is True
+    (recorded,) = router_actions(seen.transition, others)
+    assert isinstance(recorded, AdvanceTransition) and recorded.transition.prefill_backlog == ()
+
+
+def test_a_drain_begins_with_whether_the_router_listed_the_instance() -> None:
+    members = [replace(make_instance(f"x-{n}", D), pod_ip=f"10.0.0.{n}") for n in range(2)]
+    spec = make_spec(prefill=0, decode=1)
+    for listed, expected in ((frozenset({"10.0.0.0", "10.0.0.1"}), True), (frozenset(), False), (None, None)):
+        inp = replace(PlanInput("x", spec, members, HASHES, {"x-0": 0, "x-1": 0}, NOW), router_listed=listed)
+        (begin,) = [a for a in plan(inp) if isinstance(a, BeginTransition)]
+        assert begin.transition.router_listed is expected
+        assert Transition.from_json(begin.transition.to_json()) == begin.transition

@@ -49,6 +49,13 @@ class _Engine(BaseHTTPRequestHandler):
         if self.path == "/metrics":
             text = f"vllm:num_requests_running {self.in_flight}\nvllm:num_requests_waiting 0\n"
             self._send(200, text.encode())
+        elif self.path == "/workers":  # vllm-router 0.1.17's shape (measured)
+            workers = [
+                {"url": "http://10.0.0.5:8000", "worker_type": "decode", "is_healthy": True, "load": 6},
+                {"url": "http://10.0.0.6:8000", "worker_type": "prefill", "is_healthy": False, "load": 0},
+                {"url": "http://10.0.0.7:9999", "worker_type": "prefill", "is_healthy": True, "load": 0},
+            ]
+            self._send(200, json.dumps({"workers": workers, "total": 3}).encode())
         elif self.path == "/server_info":  # SGLang's shape: launch args on top, live role per scheduler
             state = {"disaggregation_mode": type(self).role, "decode_cuda_graph_memory_gb": 1.5}
             info = {"disaggregation_mode": "prefill", "internal_states": [state, dict(state)]}
@@ -140,3 +147,9 @@ def test_failures_are_no_data_or_named_errors(engine_url: str) -> None:
 def test_metrics_url_precedence(engine: str | None, probe: bool, expected: str | None) -> None:
     instance = replace(make_instance("x-1", D), engine_url=engine, pod_ip="10.0.0.5")
     assert engine_client.metrics_url(instance, EngineType.VLLM, 8000, probe) == expected
+
+
+def test_router_worker_hosts_lists_every_engine_on_the_engine_port(engine_url: str) -> None:
+    """Unhealthy workers too: the router keeps them in its pool and may take them back."""
+    assert engine_client.router_worker_hosts(engine_url, 8000, 2.0) == {"10.0.0.5", "10.0.0.6"}
+    assert engine_client.router_worker_hosts("http://127.0.0.1:9", 8000, 0.5) is None

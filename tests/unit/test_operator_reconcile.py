@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from http.server import BaseHTTPRequestHandler
+from typing import Any, ClassVar
 
 import pytest
+from e2e.harness.loopback import loopback_server
 
 from xpyd_api import k8s
 from xpyd_api.k8s import Kube, KubeError, ObjectRef
@@ -28,6 +30,9 @@ class MemoryKube(Kube):
 
     def list_instances(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
         return list(self.pods.values())
+
+    def list_router_pods(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
+        return []
 
     def create(self, body: dict[str, Any]) -> bool:
         name = body["metadata"]["name"]
@@ -403,3 +408,49 @@ def test_instances_are_listed_page_by_page_through_continue_tokens() -> None:
     assert listed == kube.names
     assert [q.get("continue") for q in kube.queries] == [None, str(size), str(2 * size)]
     assert {q["labelSelector"] for q in kube.queries} == {"xpyd.dev/pdd=v,xpyd.dev/component=instance"}
+
+
+class _Router(BaseHTTPRequestHandler):
+    """A router's GET /workers (vllm-router 0.1.17's shape) listing the hosts in `listed`."""
+
+    listed: ClassVar[set[str]] = set()
+
+    def do_GET(self) -> None:
+        workers = [{"url": f"http://{host}:8000", "worker_type": "decode"} for host in sorted(self.listed)]
+        payload = json.dumps({"workers": workers}).encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_drain_waits_for_the_routers_pools_to_drop_the_instance() -> None:
+    """Read from each running router pod's GET /workers: listed, the drain waits however long it has
+    been; dropped (after being listed when the drain began), it goes on at once."""
+    now = [100.0]
+    with EngineStub() as stub, loopback_server(_Router) as address:
+        host, port = address.rsplit(":", 1)
+        kube = MemoryKube()
+        router_pod = {"metadata": {"name": "p-router-x"}, "status": {"phase": "Running", "podIP": host}}
+        kube.list_router_pods = lambda namespace, pdd: [router_pod]  # type: ignore[method-assign]
+        reconciler = Reconciler(kube, OperatorConfig(probe_pod_ip=True), clock=lambda: now[0])
+        router = {"image": "r", "port": int(port)}
+        reconciler.reconcile(body(router=router))
+        ready(kube)
+        for index, (name, pod) in enumerate(sorted(kube.pods.items())):
+            pod["status"]["podIP"] = f"10.0.0.{index}"
+            pod["metadata"].setdefault("annotations", {})["xpyd.dev/engine-url"] = stub.url(name)
+        _Router.listed = {"10.0.0.0", "10.0.0.1"}
+        shrunk = body(generation=2, router=router, decode={"replicas": 0})
+        reconciler.reconcile(shrunk)  # p-1 (decode) begins to drain
+        record = json.loads(kube.pods["p-1"]["metadata"]["annotations"]["xpyd.dev/transition"])
+        assert record["step"] == "Draining" and record["routerListed"] is True
+        now[0] += 20
+        reconciler.reconcile(shrunk)
+        assert "p-1" in kube.pods, "deleted while the router still listed it"
+        _Router.listed = {"10.0.0.0"}
+        reconciler.reconcile(shrunk)  # dropped: the prefill backlog (none) is recorded
+        reconciler.reconcile(shrunk)  # idle: deleted
+        assert "p-1" not in kube.pods

@@ -125,6 +125,10 @@ def test_router_discovers_instances_by_label(router_type: str, pd_flag: str, com
     # Metrics on every pod address (both routers default to 127.0.0.1, which Prometheus cannot scrape).
     assert flag(args, "--prometheus-host") == "0.0.0.0"
     assert flag(args, "--prometheus-port") == str(render.ROUTER_METRICS_PORT)
+    # vllm-router retries a new pod's health each second, not every 30 s (its pod events wait meanwhile)
+    assert ("--worker-startup-check-interval" in args) is (router_type == "vllm-router")
+    if router_type == "vllm-router":
+        assert flag(args, "--worker-startup-check-interval") == "1"
     assert {"name": "metrics", "containerPort": render.ROUTER_METRICS_PORT, "protocol": "TCP"} in container[
         "ports"
     ]

@@ -57,6 +57,10 @@ class Transition:
     # finished-request count each prefill instance must reach before a draining decode instance is idle:
     # the requests queued at prefill when the router dropped it may still have it as their decode side
     prefill_backlog: tuple[tuple[str, int], ...] | None = None
+    # whether a router listed the instance in its pools when the drain began or since (None: unknown).
+    # Never listed means the router may still be adding it (vllm-router adds one pod at a time, waiting
+    # for its health), so its absence from the pools does not yet mean it was dropped.
+    router_listed: bool | None = None
 
     def advance(self, step: Step, now: float, drain_result: str | None = None) -> Transition:
         return replace(self, step=step, step_started=now, drain_result=drain_result or self.drain_result)
@@ -77,6 +81,8 @@ class Transition:
             record["idleSince"] = self.idle_since
         if self.prefill_backlog is not None:
             record["prefillBacklog"] = dict(self.prefill_backlog)
+        if self.router_listed is not None:
+            record["routerListed"] = self.router_listed
         return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
@@ -101,11 +107,18 @@ class Transition:
                     if backlog is None
                     else tuple(sorted((str(pod), int(count)) for pod, count in backlog.items()))
                 ),
+                router_listed=_optional_bool(record.get("routerListed")),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(
                 f"annotation {ANNOTATION_TRANSITION}={text!r} is not a valid record: {error}"
             ) from None
+
+
+def _optional_bool(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"routerListed = {value!r}: must be true, false or absent")
 
 
 @dataclass(frozen=True)

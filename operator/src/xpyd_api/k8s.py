@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from xpyd_api.names import (
     API_VERSION,
     COMPONENT_INSTANCE,
+    COMPONENT_ROUTER,
     GROUP,
     KIND,
     LABEL_COMPONENT,
@@ -144,6 +145,12 @@ class Kube:
         page = self._call("GET", f"/api/v1/namespaces/{namespace}/pods", query=query)
         items: list[dict[str, Any]] = page.get("items") or []
         return items, str((page.get("metadata") or {}).get("continue") or "")
+
+    def list_router_pods(self, namespace: str, pdd: str) -> list[dict[str, Any]]:
+        """The router Deployment's pods: one page (spec.router.replicas is at most 64)."""
+        selector = f"{LABEL_PDD}={pdd},{LABEL_COMPONENT}={COMPONENT_ROUTER}"
+        items, _ = self._pod_page(namespace, selector, "")
+        return items
 
     def create(self, body: dict[str, Any]) -> bool:
         """Create a namespaced core/v1 object; False when it already exists (a retried create)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -120,6 +121,30 @@ def switch_role(url: str, target: Role, timeout: float, settings: Mapping[str, A
         ) from None
     except (urllib.error.URLError, OSError) as error:
         raise EngineError(f"POST {url} {ROLE_SWITCH.role_field}={target}: {error}") from None
+
+
+# A router's pools: vllm-router and sglang-router answer `{"workers": [{"url": ..., "worker_type": ...}]}`.
+ROUTER_WORKERS_PATH = "/workers"
+
+
+def router_worker_hosts(router_url: str, engine_port: int, timeout: float) -> frozenset[str] | None:
+    """The hosts (pod IPs) of the engines a router lists on `engine_port`, or None when unreadable."""
+    try:
+        with urllib.request.urlopen(router_url + ROUTER_WORKERS_PATH, timeout=timeout) as response:
+            body = json.loads(response.read())
+        urls = [str(worker["url"]) for worker in body["workers"]]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return None
+    hosts = set()
+    for url in urls:
+        parsed = urllib.parse.urlsplit(url)
+        try:
+            port = parsed.port
+        except ValueError:
+            return None
+        if parsed.hostname and port == engine_port:
+            hosts.add(parsed.hostname)
+    return frozenset(hosts)
 
 
 def _internal_states(url: str, timeout: float) -> list[dict[str, Any]] | None:

@@ -18,7 +18,7 @@ from typing import Any
 from xpyd_api.engines import ROLE_SWITCH
 from xpyd_api.instances import Instance, Step, TransitionKind, parse_instance
 from xpyd_api.k8s import Kube, KubeError, ObjectRef
-from xpyd_api.models import PDDeployment, PDDSpecError, SwitchMethod, parse_pdd
+from xpyd_api.models import PDDeployment, PDDSpecError, RouterType, SwitchMethod, parse_pdd
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_TRANSITION,
@@ -94,6 +94,7 @@ class Reconciler:
                 self.clock(),
                 self.config.max_creates_per_pass,
                 {name: load.finished for name, load in loads.items()},
+                self._router_listed(pdd, instances),
             )
         )
         for action in actions:
@@ -155,6 +156,34 @@ class Reconciler:
     def _observe(self, pdd: PDDeployment) -> list[Instance]:
         pods = self.kube.list_instances(pdd.namespace, pdd.name)
         return [i for i in (parse_instance(p) for p in pods) if i is not None]
+
+    def _router_listed(self, pdd: PDDeployment, instances: list[Instance]) -> frozenset[str] | None:
+        """Behind a router: the pod IPs any router replica lists in its pools (GET /workers on each router
+        pod), so a drain sees the router drop its instance rather than assume it, and one beginning
+        knows whether the router had added it. None when there is nothing to read or not every running
+        replica answered."""
+        if pdd.spec.router.type is RouterType.NONE or not instances or not self.config.probe_pod_ip:
+            return None
+        listed: set[str] = set()
+        pods = self.kube.list_router_pods(pdd.namespace, pdd.name)
+        running = [
+            pod
+            for pod in pods
+            if (pod.get("status") or {}).get("phase") == "Running"
+            and not pod["metadata"].get("deletionTimestamp")
+        ]
+        for pod in running:
+            pod_ip = (pod.get("status") or {}).get("podIP")
+            if not pod_ip:
+                return None
+            url = f"http://{pod_ip}:{pdd.spec.router.port}"
+            hosts = engine_client.router_worker_hosts(
+                url, pdd.spec.engine.port, self.config.engine_timeout_seconds
+            )
+            if hosts is None:
+                return None
+            listed |= hosts
+        return frozenset(listed) if running else None
 
     def _read_loads(self, pdd: PDDeployment, instances: list[Instance]) -> dict[str, EngineLoad]:
         """Loads of draining instances, of scale-in candidates, and of every prefill instance while a

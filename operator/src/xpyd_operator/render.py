@@ -53,6 +53,10 @@ EXIT_MARGIN_SECONDS = 10
 # Where the router exports its metrics. Both routers bind 127.0.0.1 by default, out of Prometheus' reach
 # in a pod, so the render binds all of the pod's addresses.
 ROUTER_METRICS_PORT = 29000
+# vllm-router adds a discovered pod only once its health check answers, retrying every 30 s by default,
+# and holds every other pod event (a relabel, a deletion) until then: one engine slow to answer stalls
+# the router's whole view of the pools. Retrying each second bounds that stall by the engine's own start.
+VLLM_ROUTER_STARTUP_CHECK_ARGS = ("--worker-startup-check-interval", "1")
 
 
 def owner_reference(pdd: PDDeployment) -> dict[str, Any]:
@@ -310,6 +314,7 @@ def router_args(pdd: PDDeployment) -> list[str]:
         str(spec.router.port),
         pd_flag,
         *_router_kv_connector_args(spec),
+        *(VLLM_ROUTER_STARTUP_CHECK_ARGS if spec.router.type is RouterType.VLLM_ROUTER else ()),
         "--service-discovery",
         "--service-discovery-namespace",
         pdd.namespace,

@@ -27,11 +27,10 @@ from xpyd_operator.plan.actions import (
 )
 
 DEFAULT_MAX_CREATES_PER_PASS = 8
-# Seconds after serving=false by which the router has dropped the instance from its pool: vllm-router
-# 0.1.17 follows a relabel in 0.3-0.9 s when lightly loaded (tests/integration/test_router_events.py)
-# and took up to 3.5 s under the e2e demo's load on 2 busy cores. Until then it may still send the
-# instance new requests, so no drain ends sooner; the requests it assigned before then are at a prefill
-# instance by this time, so the prefill backlog is read now.
+# Where the routers' pools cannot be read (GET /workers), the seconds after serving=false by which the
+# router has dropped the instance: vllm-router 0.1.17 follows a relabel in 0.3-0.9 s when lightly
+# loaded (tests/integration/test_router_events.py) and took up to 3.5 s under the e2e demo's load on 2
+# busy cores. Until then it may still send the instance new requests, so no drain ends sooner.
 ROUTER_FOLLOW_SECONDS = 5.0
 
 
@@ -46,6 +45,9 @@ class PlanInput:
     max_creates: int = DEFAULT_MAX_CREATES_PER_PASS  # new instances per pass, both roles together
     # requests each instance has finished since its engine started (read with in_flight where needed)
     finished: Mapping[str, int | None] = field(default_factory=dict)
+    # pod IPs any router replica lists in its pools (GET /workers) while an instance drains; None when
+    # not read or not every replica answered
+    router_listed: frozenset[str] | None = None
 
 
 def _member(instance: Instance, role: Role, in_flight: Mapping[str, int | None]) -> Member[str]:
@@ -97,19 +99,40 @@ def _backlog_done(inp: PlanInput, backlog: tuple[tuple[str, int], ...]) -> bool:
     return True
 
 
+def router_lists(inp: PlanInput, instance: Instance) -> bool | None:
+    """Whether any router replica lists the instance in its pools now (None: not known)."""
+    if inp.router_listed is None or not instance.pod_ip:
+        return None
+    return instance.pod_ip in inp.router_listed
+
+
+def router_dropped(inp: PlanInput, instance: Instance, transition: Transition) -> bool:
+    """The router sends the instance no new request: no router replica lists it (their GET /workers)
+    and one did when the drain began or since (else it may still be adding it); where either is not
+    known, ROUTER_FOLLOW_SECONDS have passed since serving=false."""
+    if inp.spec.router.type is RouterType.NONE:
+        return True
+    listed = router_lists(inp, instance)
+    if listed is None or transition.router_listed is None:
+        return inp.now - transition.step_started >= ROUTER_FOLLOW_SECONDS
+    return not listed and transition.router_listed
+
+
 def _drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> Transition | str | None:
     """One look at a draining instance: "idle" or "timeout" when drained, a record to write when the
     drain learnt something (idle since, the prefill backlog), None to wait.
 
-    Idle means: the router has had time to drop it (ROUTER_FOLLOW_SECONDS); no request in the engine;
+    Idle means: the router has dropped it (router_dropped); no request in the engine;
     for a vLLM prefill instance, the KV lease over since then (a decode instance may still pull); for a
     decode instance behind vllm-router, no request left at a prefill instance that the router had
-    already given this decode instance.
+    already given this decode instance (the prefill backlog, read once the router dropped it).
     """
     spec = inp.spec
     if inp.now - transition.step_started >= spec.conversion.drain_timeout_seconds:
         return "timeout"
-    if spec.router.type is not RouterType.NONE and inp.now - transition.step_started < ROUTER_FOLLOW_SECONDS:
+    if router_lists(inp, instance) and transition.router_listed is False:
+        return replace(transition, router_listed=True)  # the router has added it: its drop will count
+    if not router_dropped(inp, instance, transition):
         return None
     if instance.role is Role.DECODE and spec.decode_sent_after_prefill and transition.prefill_backlog is None:
         recorded = _prefill_backlog(inp)
@@ -163,7 +186,8 @@ def _begin(
     inp: PlanInput, instance: Instance, kind: TransitionKind, target: Role | None, reason: str
 ) -> Action:
     transition = Transition(kind, instance.role, target, Step.DRAINING, inp.now, inp.now)
-    return BeginTransition(instance, transition, reason)
+    listed = router_lists(inp, instance) if inp.spec.router.type is not RouterType.NONE else None
+    return BeginTransition(instance, replace(transition, router_listed=listed), reason)
 
 
 class _Namer:
