@@ -32,6 +32,7 @@ from e2e.harness.pods import PodRunner, running_pods
 from e2e.harness.procs import free_port, wait_until
 from e2e.harness.prometheus import chart_pod_monitor, pod_monitor_scrape_config
 from e2e.traffic import RouterTraffic, TrafficStats, router_traffic
+from xpyd_api.engines import STANDIN_COMMAND
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_api.names import (
     COMPONENT_INSTANCE,
@@ -60,7 +61,6 @@ OPERATOR_SETTINGS = {
     "XPYD_ACTIVE_POLL_SECONDS": "0.5",
     "XPYD_PROBE_POD_IP": "true",
 }
-STANDIN_COMMAND = ["python", "-m", "xpyd_controller.standin"]
 # The stand-ins' KV lease (vLLM's default is 30 s): a converting prefill instance waits it out, and the
 # demo is time-compressed. Decode pulls at once after the prefill answered, well within it.
 KV_LEASE_S = 10.0
@@ -131,7 +131,7 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
             "engine": {
                 "type": "vllm",
                 "image": "xpyd-standin:dev",
-                "command": STANDIN_COMMAND,
+                "command": list(STANDIN_COMMAND),
                 "args": ["--stream-interval", str(STREAM_INTERVAL), "--kv-lease-seconds", f"{KV_LEASE_S:g}"],
                 "env": [{"name": "XPYD_STANDIN_SPEC", "value": simulate}],
             },
@@ -175,13 +175,14 @@ class Demo:
     operator: OperatorProcess
     controller: ControllerProcess
     workdir: Path
+    router_url: str  # the router pod's address (the traffic's target)
     _custom: client.CustomObjectsApi = field(init=False)
-    _core: client.CoreV1Api = field(init=False)
+    core: client.CoreV1Api = field(init=False)
 
     def __post_init__(self) -> None:
         api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
         self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+        self.core = client.CoreV1Api(api)
 
     def pdd(self) -> dict[str, Any]:
         body = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, PDD_NAME)
@@ -190,11 +191,11 @@ class Demo:
     def instance_pods(self) -> list[Any]:
         """This PDDeployment's instance pods (kubernetes client objects)."""
         selector = f"{LABEL_PDD}={PDD_NAME},{LABEL_COMPONENT}={COMPONENT_INSTANCE}"
-        return list(self._core.list_namespaced_pod(self.namespace, label_selector=selector).items)
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
 
     def event_messages(self, reason: str) -> list[str]:
         """Messages of this namespace's Events with `reason`, one per occurrence."""
-        items = self._core.list_namespaced_event(self.namespace, field_selector=f"reason={reason}").items
+        items = self.core.list_namespaced_event(self.namespace, field_selector=f"reason={reason}").items
         return [item.message or "" for item in items for _ in range(item.count or 1)]
 
     def long_prompt_share(self) -> float:
@@ -250,12 +251,21 @@ def demo_stack(
         manifest = demo_manifest(prometheus.url, settings)
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
         port = PDDeploymentSpec.model_validate(manifest["spec"]).router.port
-        wait_until(
-            lambda: _router_answers(router_url(cluster, namespace, port)),
-            120,
-            "the router to serve both pools",
-            interval=0.5,
-        )
+        try:
+            wait_until(
+                lambda: _router_answers(router_url(cluster, namespace, port)),
+                120,
+                "the router to serve both pools",
+                interval=0.5,
+            )
+        except TimeoutError:
+            listing = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+            tails = [
+                f"--- {p.pod} (pid {p.process.pid}, exit {p.process.poll()})\n{p.log_tail(15)}"
+                for p in pods.processes().values()
+            ]
+            print(f"--- pods ---\n{listing}", *tails, sep="\n")
+            raise
         url = router_url(cluster, namespace, port)
         assert url is not None
         lengths, slo = demo_traffic(manifest, settings)
@@ -267,7 +277,9 @@ def demo_stack(
             cluster.env(), workdir / "controller.log", _controller_args(namespace, settings)
         )
         stack.enter_context(controller)
-        yield Demo(cluster, namespace, settings, pods, traffic, prometheus, operator, controller, workdir)
+        yield Demo(
+            cluster, namespace, settings, pods, traffic, prometheus, operator, controller, workdir, url
+        )
 
 
 # ---- what the demo prints ----------------------------------------------------------------------------------

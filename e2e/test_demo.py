@@ -12,21 +12,32 @@ the API server (the chart's PodMonitor relabelling); the engines are stand-ins s
 
 from __future__ import annotations
 
-import itertools
 import json
+import math
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
 
 from e2e.harness.cluster import LocalCluster
 from e2e.stack import PDD_NAME, Demo, DemoSettings, demo_stack
-from xpyd_api.names import LABEL_ROLE, LABEL_SERVING
-from xpyd_operator.plan.scaling import ROUTER_FOLLOW_SECONDS
+from xpyd_api.engines import STANDIN_REQUESTS_PATH
+from xpyd_api.names import (
+    ANNOTATION_TRANSITION,
+    COMPONENT_INSTANCE,
+    LABEL_COMPONENT,
+    LABEL_PDD,
+    LABEL_ROLE,
+    LABEL_SERVING,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
@@ -61,93 +72,177 @@ class Sample:
     autoscaler: dict[str, Any]
 
 
-# Seconds after a label change by which the router has acted: what the operator's drain allows for
-# (0.3-0.9 s measured lightly loaded, up to 3.5 s under this test's load).
-ROUTER_SLACK_S = ROUTER_FOLLOW_SECONDS
 POLL_S = 0.5
 ENGINE_PORT = 8000
 
 
 @dataclass
-class Observed:
-    """What the test saw: the PDDeployment once a second, each pod's labels over time, engine logs.
+class PodHistory:
+    """One pod (by uid: a scaled-in name comes back as a new pod) as the test's pod watch saw it: each
+    label state with when the event arrived, the operator's drain/switch records (their epoch stamps are
+    the operator's own clock, on this host), when its deletion was first seen."""
 
-    Pods are keyed by uid: a scaled-in name comes back as a new pod (often in the other role).
-    """
+    name: str
+    pod_ip: str | None = None
+    labels: list[tuple[float, str, bool]] = field(default_factory=list)  # (seen, role, serving)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # distinct transition records
+    deleted_seen: float | None = None
+
+
+@dataclass
+class Observed:
+    """What the test saw: the PDDeployment once a second, each pod's history, the router's pools and
+    the engines' request logs (by pod uid)."""
 
     samples: list[Sample] = field(default_factory=list)
-    labels: dict[str, list[tuple[float, str, bool]]] = field(
-        default_factory=dict
-    )  # pod uid: (time, role, serving)
-    names: dict[str, str] = field(default_factory=dict)  # pod uid: pod name
-    logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # pod uid: its engine's request log
+    pods: dict[str, PodHistory] = field(default_factory=dict)
+    # (time the answer arrived, hosts the router lists): a host absent then was out of its pools by then
+    router_pools: list[tuple[float, frozenset[str]]] = field(default_factory=list)
+    logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def saw(self, pod: Any, at: float) -> None:
+        metadata = pod.metadata
+        labels, notes = metadata.labels or {}, metadata.annotations or {}
+        with self.lock:
+            history = self.pods.setdefault(metadata.uid, PodHistory(metadata.name))
+            history.pod_ip = history.pod_ip or (pod.status.pod_ip if pod.status else None)
+            state = (labels.get(LABEL_ROLE, ""), labels.get(LABEL_SERVING) == "true")
+            if not history.labels or history.labels[-1][1:] != state:
+                history.labels.append((at, *state))
+            if ANNOTATION_TRANSITION in notes:
+                step = json.loads(notes[ANNOTATION_TRANSITION])
+                if not history.steps or history.steps[-1] != step:
+                    history.steps.append(step)
+            if metadata.deletion_timestamp and history.deleted_seen is None:
+                history.deleted_seen = at
+
+
+def watch_pods(demo: Demo, observed: Observed, stop: threading.Event) -> None:
+    """Every change of the instance pods, as the API server streams it (polling would miss the one-pass
+    Switching record)."""
+    selector = f"{LABEL_PDD}={PDD_NAME},{LABEL_COMPONENT}={COMPONENT_INSTANCE}"
+    version: str | None = None
+    while not stop.is_set():
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                demo.core.list_namespaced_pod,
+                demo.namespace,
+                label_selector=selector,
+                resource_version=version,
+                timeout_seconds=5,
+            ):
+                observed.saw(event["object"], time.time())
+                version = event["object"].metadata.resource_version
+                if stop.is_set():
+                    stream.stop()
+        except ApiException as error:
+            if error.status != 410:  # 410: the version expired, start over from a fresh list
+                raise
+            version = None
 
 
 def record(demo: Demo) -> Observed:
     observed = Observed()
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch_pods, args=(demo, observed, stop), daemon=True)
+    watcher.start()
     deadline = time.monotonic() + SETTINGS.minutes * 60.0
     next_sample = next_logs = 0.0
-    while (now := time.monotonic()) < deadline:
-        pods = demo.instance_pods()
-        for pod in pods:
-            labels = pod.metadata.labels or {}
-            state = (labels.get(LABEL_ROLE, ""), labels.get(LABEL_SERVING) == "true")
-            history = observed.labels.setdefault(pod.metadata.uid, [])
-            observed.names[pod.metadata.uid] = pod.metadata.name
-            if not history or history[-1][1:] != state:
-                history.append((time.time(), *state))
-        if now >= next_logs:
-            next_logs = now + 3.0
-            # By the process the pod runner keeps for each pod uid (terminating ones too: they still
-            # serve their last requests; a new pod on the same IP starts only after they exit).
-            for uid, process in demo.pods.processes().items():
-                log = engine_log(f"http://{process.pod_ip}:{ENGINE_PORT}")
-                if log is not None and not process.pod.startswith(f"{PDD_NAME}-router"):
-                    observed.logs[uid] = log
-        if now >= next_sample:
-            next_sample = now + 1.0
-            body = demo.pdd()
-            spec, status = body["spec"], body.get("status") or {}
-            ready = tuple((status.get(role) or {}).get("ready", 0) for role in ("prefill", "decode"))
-            observed.samples.append(
-                Sample(
-                    demo.traffic.now_s,
-                    spec["prefill"]["replicas"],
-                    spec["decode"]["replicas"],
-                    (ready[0], ready[1]),
-                    status.get("autoscaler") or {},
+    try:
+        while (now := time.monotonic()) < deadline:
+            pools = router_hosts(demo)
+            if pools is not None:
+                observed.router_pools.append((time.time(), pools))
+            if now >= next_logs:
+                next_logs = now + 3.0
+                # By the process the pod runner keeps for each pod uid (terminating ones too: they still
+                # serve their last requests; a new pod on the same IP starts only after they exit).
+                for uid, process in demo.pods.processes().items():
+                    log = engine_log(f"http://{process.pod_ip}:{ENGINE_PORT}")
+                    if log is not None and not process.pod.startswith(f"{PDD_NAME}-router"):
+                        observed.logs[uid] = log
+            if now >= next_sample:
+                next_sample = now + 1.0
+                body = demo.pdd()
+                spec, status = body["spec"], body.get("status") or {}
+                ready = tuple((status.get(role) or {}).get("ready", 0) for role in ("prefill", "decode"))
+                observed.samples.append(
+                    Sample(
+                        demo.traffic.now_s,
+                        spec["prefill"]["replicas"],
+                        spec["decode"]["replicas"],
+                        (ready[0], ready[1]),
+                        status.get("autoscaler") or {},
+                    )
                 )
-            )
-        time.sleep(POLL_S)
+            time.sleep(POLL_S)
+    finally:
+        stop.set()
+        watcher.join(timeout=15)
     return observed
+
+
+def router_hosts(demo: Demo) -> frozenset[str] | None:
+    """The pod IPs in the router's pools now (its GET /workers), None when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{demo.router_url}/workers", timeout=5) as response:
+            workers = json.loads(response.read())["workers"]
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return frozenset(str(urllib.parse.urlsplit(w["url"]).hostname) for w in workers)
 
 
 def engine_log(url: str) -> list[dict[str, Any]] | None:
     try:
-        with urllib.request.urlopen(f"{url}/xpyd/requests", timeout=5) as response:
+        with urllib.request.urlopen(f"{url}{STANDIN_REQUESTS_PATH}", timeout=5) as response:
             return list(json.loads(response.read())["requests"])
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
 
 @dataclass(frozen=True)
-class Conversion:
-    """One role change of a pod as the test saw it: out of service at `off`, back as `to` at `on`."""
+class Drain:
+    """One drain of a pod: serving=false at `off` (the operator's record), drained at `end` (the
+    operator's Switching record, or the deletion the test saw), then serving as `to` (None: deleted)."""
 
     pod: str  # uid
     off: float
-    on: float
-    to: str
+    end: float
+    to: str | None
 
 
-def conversions(labels: dict[str, list[tuple[float, str, bool]]]) -> list[Conversion]:
+def drains(observed: Observed) -> list[Drain]:
     found = []
-    for pod, history in labels.items():
-        for (_, role, _), (at, new_role, serving) in itertools.pairwise(history):
-            if new_role != role and serving:
-                off = max((t for t, r, s in history if t < at and r == role and not s), default=at)
-                found.append(Conversion(pod, off, at, new_role))
+    for uid, history in observed.pods.items():
+        # each step's first record: later ones of the same step add what the drain learnt
+        firsts: dict[tuple[float, str], dict[str, Any]] = {}
+        for step in history.steps:
+            firsts.setdefault((step["started"], step["step"]), step)
+        for step in firsts.values():
+            if step["step"] == "Draining":
+                ends = [
+                    s["stepStarted"]
+                    for s in history.steps
+                    if s["started"] == step["started"] and s["step"] == "Switching"
+                ]
+                if step["kind"] == "Remove" and history.deleted_seen is not None:
+                    found.append(Drain(uid, step["stepStarted"], history.deleted_seen, None))
+                elif step["kind"] == "Convert" and ends:
+                    found.append(Drain(uid, step["stepStarted"], ends[0], step["to"]))
     return found
+
+
+def router_dropped(observed: Observed, host: str | None, off: float, end: float) -> float | None:
+    """When the test first saw the router without `host` in its pools for good (until `end`), after
+    `off`; None if the router never listed it. A router still adding the pod (vllm-router adds one at a
+    time, each after its health answers) lists it only later, so an absence before that is no drop."""
+    polls = [(t, host in hosts) for t, hosts in observed.router_pools if t <= end]
+    last_listed = max((t for t, listed in polls if listed), default=None)
+    if last_listed is None:
+        return None
+    return next((t for t, listed in polls if t > last_listed and t >= off and not listed), None)
 
 
 def second_half(samples: list[Sample], start_s: float, end_s: float) -> list[Sample]:
@@ -162,9 +257,9 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
     with demo_stack(kube_cluster, SETTINGS, namespace, tmp_path) as demo:
         observed = record(demo)
         samples = observed.samples
-        found = conversions(observed.labels)
-        seen = [(observed.names[c.pod], c.to, round(c.on - c.off, 1)) for c in found]
-        print(f"conversions seen (pod, to, out of service s): {seen}")
+        found = drains(observed)
+        seen = [(observed.pods[d.pod].name, d.to, round(d.end - d.off, 1)) for d in found]
+        print(f"drains seen (pod, to (None: deleted), seconds out of service): {seen}")
         print(f"failed requests: {len(demo.traffic.failures)} {demo.traffic.failures[:3]}")
         print(
             f"pool sizes (traffic s, prefill, decode): {[(round(s.at_s), s.prefill, s.decode) for s in samples[::5]]}"
@@ -187,31 +282,38 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
             )
 
             converted = demo.event_messages("Converted")
-            assert converted and found, f"no conversion: events {converted}, seen {found}"
-            # Engine-side: out of service means no new request (the router dropped it), and after the switch
-            # the instance serves its new role (vllm-router sends a prefill do_remote_decode, a decode the rest).
-            # A request counts from when the client sent it (its `user` tag): the router picks both instances
-            # then, and the decode part reaches its instance only after the prefill answered.
+            conversions = [d for d in found if d.to is not None]
+            assert converted and conversions, f"no conversion: events {converted}, seen {found}"
+            # Engine-side, by the engines' own request logs. A request counts as routed when the client
+            # sent it (its `user` tag): the router picks both instances then, and sends the decode part
+            # only after the prefill answered. Once the router no longer lists an instance (its GET
+            # /workers, polled here), nothing may be routed to it until it is back in service; once the
+            # operator decided it drained, nothing of its old role may arrive (the drain waited for the
+            # decode parts the router had assigned to it); after a switch it serves its new role.
             routed = demo.traffic.sent_at
             strangers = {r["user"] for log in observed.logs.values() for r in log} - set(routed)
             assert not strangers, f"engines got requests the client never sent: {sorted(strangers)[:3]}"
-            served_after = 0
-            for conversion in found:
-                log = [{**r, "routed": routed[r["user"]]} for r in observed.logs.get(conversion.pod, [])]
-                quiet = [r for r in log if conversion.off + ROUTER_SLACK_S <= r["routed"] < conversion.on]
-                assert quiet == [], f"{conversion}: requests routed to it while out of service: {quiet[:3]}"
-                until = min(
-                    [c.off for c in found if c.pod == conversion.pod and c.off > conversion.on] or [1e18]
-                )
-                # Every request that reached it after the switch, whenever the client sent it.
-                after = [r for r in log if conversion.on <= r["at"] < until]
-                wrong = [r for r in after if r["kind"] != conversion.to]
-                assert wrong == [], f"{conversion}: old-role requests after the switch: {wrong[:3]}"
-                served_after += len(after)
+            served_after, follow = 0, []
+            for drain in found:
+                history = observed.pods[drain.pod]
+                log = [{**r, "routed": routed[r["user"]]} for r in observed.logs.get(drain.pod, [])]
+                dropped = router_dropped(observed, history.pod_ip, drain.off, drain.end)
+                follow.append(None if dropped is None else round(dropped - drain.off, 1))
+                if dropped is not None and dropped < drain.end:
+                    quiet = [r for r in log if dropped <= r["routed"] <= drain.end]
+                    assert quiet == [], (
+                        f"{drain}: routed to it after the router dropped it at {dropped}: {quiet[:3]}"
+                    )
+                later = [d.off for d in found if d.pod == drain.pod and d.off > drain.end]
+                after = [r for r in log if drain.end <= r["at"] < min(later or [math.inf])]
+                wrong = [r for r in after if r["kind"] != drain.to]
+                assert wrong == [], f"{drain}: requests of another role after it drained: {wrong[:3]}"
+                served_after += len(after) if drain.to else 0
             assert served_after > 0, "no converted instance served its new role"
             print(
                 f"requests converted instances served after their switch, all of the new role: {served_after}"
             )
+            print(f"seconds from serving=false until the test saw the router without it, per drain: {follow}")
 
             # At the swing back to long outputs the pools move apart: in the second half of that phase
             # decode reaches above and prefill below what they were in the second half of the
@@ -231,7 +333,7 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
             assert demo.traffic.failures == [], demo.traffic.failures[:5]
             assert stats.completed > 0
         except AssertionError:
-            print(f"--- samples ---\n{samples}\n--- labels ---\n{observed.labels}")
+            print(f"--- samples ---\n{samples}\n--- pods ---\n{observed.pods}")
             print(f"--- controller ---\n{demo.controller.log_tail(80)}")
             print(f"--- operator ---\n{demo.operator.log_tail(80)}")
             # Where pods stand (a Pending pod names its scheduling failure) and the object's conditions.

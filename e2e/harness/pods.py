@@ -7,8 +7,10 @@ would: `$(VAR)` references in args are expanded, downward-API fields are resolve
 pod's network as its own, so `0.0.0.0` in its args is the pod IP (a pod's network namespace has no
 other address). KUBECONFIG stands for the pod's service account. A pod that goes (or starts terminating)
 has its process stopped by pid as a kubelet stops a container: its `preStop` sleep first, then SIGTERM,
-SIGKILL when `terminationGracePeriodSeconds` are over (a new pod given the same IP waits for that
-process to end); `close()` stops them all at once. With `sd_file`, the runner also keeps a
+SIGKILL when `terminationGracePeriodSeconds` are over; `close()` stops them all at once. Like a
+kubelet, the runner keeps a deleted pod Terminating (its finalizer `RUNNER_FINALIZER`) until its process
+has ended: kwok hands a pod's IP to the next pod once the pod object is gone, and a new pod must not be
+reached at an IP an old engine still answers on. With `sd_file`, the runner also keeps a
 Prometheus file_sd list of every pod's container ports with the labels Kubernetes service discovery
 gives (`__meta_kubernetes_*`), for a scrape config with a PodMonitor's relabelling (prometheus.py).
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import kill_pid
@@ -41,6 +44,7 @@ VENV_BIN = Path(sys.executable).parent
 RUNNABLE_BINARIES = ("vllm-router", "xpyd-engine-standin")  # from the venv (dev extra, console script)
 RUNNABLE_MODULES = ("xpyd_controller.standin", "sglang_router.launch_router")  # `python -m ...`
 ANY_ADDRESS = "0.0.0.0"
+RUNNER_FINALIZER = "xpyd.dev/e2e-pod-runner"
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _FIELD = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 
@@ -194,6 +198,9 @@ class PodRunner:
             kill_pid(started.process.pid, grace=2.0)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 started.process.wait(timeout=10)
+        with contextlib.suppress(Exception):  # the cluster may be gone already
+            for pod in self._api.list_namespaced_pod(self.namespace, label_selector=self.selector).items:
+                self._release(pod)
 
     def processes(self) -> dict[str, PodProcess]:
         """Every process of this runner by pod uid, terminating ones included (each holds its pod IP)."""
@@ -227,6 +234,10 @@ class PodRunner:
         with self._lock:
             for uid in [uid for uid in self.running if uid not in wanted]:
                 self._stop_pod(uid)
+            for pod in pods:  # a deleted pod whose process has ended may go now
+                gone = pod.metadata.uid not in self.running and pod.metadata.uid not in self.stopping
+                if pod.metadata.deletion_timestamp and gone:
+                    self._release(pod)
             for uid, started in list(self.running.items()):
                 code = started.process.poll()
                 if code is not None:
@@ -260,6 +271,7 @@ class PodRunner:
             process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=process_env, start_new_session=True
             )
+        self._hold(pod)
         pre_stop = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
         grace = pod.spec.termination_grace_period_seconds
         self.running[pod.metadata.uid] = PodProcess(
@@ -272,6 +284,25 @@ class PodRunner:
             pre_stop_s=float(pre_stop.get("seconds") or 0),
             grace_s=30.0 if grace is None else float(grace),
         )
+
+    def _hold(self, pod: Any) -> None:
+        """Keep the pod (and so its IP) until its process has ended, as a kubelet does."""
+        try:
+            self._api.patch_namespaced_pod(
+                pod.metadata.name, self.namespace, {"metadata": {"finalizers": [RUNNER_FINALIZER]}}
+            )
+        except ApiException as error:  # deleted meanwhile: nothing may be added to it any more
+            logger.info("pod runner: cannot hold %s: %s", pod.metadata.name, error.reason)
+
+    def _release(self, pod: Any) -> None:
+        if RUNNER_FINALIZER not in (pod.metadata.finalizers or []):
+            return
+        patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [RUNNER_FINALIZER]}}
+        try:
+            self._api.patch_namespaced_pod(pod.metadata.name, self.namespace, patch)
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     def _stop_pod(self, uid: str) -> None:
         """Terminate in the background, as a kubelet would (the sync loop goes on meanwhile)."""
