@@ -65,9 +65,16 @@ def is_ready(pdd: dict[str, Any]) -> bool:
 
 
 def wait_ready(cluster: LocalCluster, namespace: str, name: str, timeout: float = 90) -> dict[str, Any]:
-    wait_until(lambda: is_ready(get_json(cluster, "pdd", name, "-n", namespace)), timeout, f"{name} Ready")
-    pdd: dict[str, Any] = get_json(cluster, "pdd", name, "-n", namespace)
-    return pdd
+    """The PDDeployment as read when it was Ready (a second read could already hold the next pass's
+    status: a CI run read Ready, then decode 1/2 of the pass that saw a pod deleted)."""
+    seen: list[dict[str, Any]] = []
+
+    def ready() -> bool:
+        seen[:] = [get_json(cluster, "pdd", name, "-n", namespace)]
+        return is_ready(seen[0])
+
+    wait_until(ready, timeout, f"{name} Ready")
+    return seen[0]
 
 
 def roles(pods: list[dict[str, Any]]) -> dict[str, str]:
