@@ -1,7 +1,7 @@
 """The controller's TTFT query under vllm-router, evaluated by a real Prometheus over exporters whose
-histograms grow at known rates: the answer is the larger of the router's duration p90 and prefill's p90
-shifted by the router's mean time outside prefill's clock, and each fallback (the two-leg formula, then
-decode's own) answers when its inputs are missing."""
+histograms grow at known rates: the answer is the larger of the two-leg formula (both means plus the
+root of the summed squared p90 excesses) and prefill's p90 shifted by the router's mean time outside
+prefill's clock, and each fallback answers when its inputs are missing."""
 
 from __future__ import annotations
 
@@ -25,23 +25,20 @@ from xpyd_controller.control.promql import VLLM_ROUTER, Scope, Signal, build_que
 pytestmark = pytest.mark.prometheus
 
 BOUNDS = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
-ROUTER_BOUNDS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0)  # vllm-router's are coarse, 2-2.5x apart
 PREFILL_TTFT = (0.3, 0.6, 0.9, 1.2, 1.4, 1.8, 2.2, 2.6, 4.0, 6.5)  # seconds, one window's requests
 DECODE_TTFT = (0.15, 0.2, 0.2, 0.3, 0.3, 0.4, 0.4, 0.6, 0.9, 1.2)
 ROUTER_UNTIL_DECODE = tuple(t + 0.25 for t in PREFILL_TTFT)  # prefill's leg + 0.25 s outside its clock
-# two requests stalled outside every engine clock (a blocked write, a late KV notification)
-ROUTER_WITH_STALLS = tuple(t + (6.0 if i >= 8 else 0.25) for i, t in enumerate(PREFILL_TTFT))
+# decode's API process answering late: its first step lies inside the router's clock
+ROUTER_UNTIL_LATE_DECODE = tuple(t + 3.0 for t in PREFILL_TTFT)
 START = time.time()
 
 
-def _histogram(
-    name: str, observations: Sequence[float], per_second: float, bounds: Sequence[float] = BOUNDS
-) -> str:
+def _histogram(name: str, observations: Sequence[float], per_second: float) -> str:
     """A histogram whose counts grow linearly from START: its rates are the observations' counts and
     sum times `per_second`, so Prometheus's rate() reads them exactly."""
     elapsed = (time.time() - START) * per_second
     lines = [f"# TYPE {name} histogram"]
-    for bound in bounds:
+    for bound in BOUNDS:
         below = sum(1 for value in observations if value <= bound)
         lines.append(f'{name}_bucket{{le="{bound}"}} {below * elapsed}')
     lines.append(f'{name}_bucket{{le="+Inf"}} {len(observations) * elapsed}')
@@ -50,15 +47,13 @@ def _histogram(
     return "\n".join(lines) + "\n"
 
 
-def _histogram_quantile(
-    observations: Sequence[float], q: float = 0.9, bounds: Sequence[float] = BOUNDS
-) -> float:
-    """Prometheus's histogram_quantile over `bounds` (linear within the bucket holding the rank)."""
-    counts = [sum(1 for value in observations if value <= bound) for bound in bounds]
+def _histogram_quantile(observations: Sequence[float], q: float = 0.9) -> float:
+    """Prometheus's histogram_quantile over BOUNDS (linear within the bucket holding the rank)."""
+    counts = [sum(1 for value in observations if value <= bound) for bound in BOUNDS]
     rank = q * len(observations)
     index = bisect.bisect_left(counts, rank)
-    lower, below = (bounds[index - 1], counts[index - 1]) if index else (0.0, 0)
-    return lower + (bounds[index] - lower) * (rank - below) / (counts[index] - below)
+    lower, below = (BOUNDS[index - 1], counts[index - 1]) if index else (0.0, 0)
+    return lower + (BOUNDS[index] - lower) * (rank - below) / (counts[index] - below)
 
 
 def _two_legs(prefill: Sequence[float], decode: Sequence[float]) -> float:
@@ -74,12 +69,12 @@ TARGETS: dict[str, list[tuple[str | None, Callable[[], str]]]] = {
     "full": [
         ("prefill", lambda: _histogram(TTFT, PREFILL_TTFT, 1.0)),
         ("decode", lambda: _histogram(TTFT, DECODE_TTFT, 1.0)),
-        (None, lambda: _histogram(ROUTER, ROUTER_UNTIL_DECODE, 1.0, ROUTER_BOUNDS)),
+        (None, lambda: _histogram(ROUTER, ROUTER_UNTIL_DECODE, 1.0)),
     ],
-    "stalls": [
+    "late-decode-answer": [
         ("prefill", lambda: _histogram(TTFT, PREFILL_TTFT, 1.0)),
         ("decode", lambda: _histogram(TTFT, DECODE_TTFT, 1.0)),
-        (None, lambda: _histogram(ROUTER, ROUTER_WITH_STALLS, 1.0, ROUTER_BOUNDS)),
+        (None, lambda: _histogram(ROUTER, ROUTER_UNTIL_LATE_DECODE, 1.0)),
     ],
     "unscraped-router": [
         ("prefill", lambda: _histogram(TTFT, PREFILL_TTFT, 1.0)),
@@ -119,26 +114,20 @@ def answers_by_pdd() -> Iterator[dict[str, float | None]]:
         yield answers()
 
 
-def _outside(router: Sequence[float]) -> float:
-    return (sum(router) - sum(PREFILL_TTFT)) / len(router)
-
-
-def test_prefills_finer_p90_shifted_where_the_coarse_router_p90_reads_less(
+def test_the_legs_where_they_exceed_prefills_p90_shifted_by_the_routers_time_outside_it(
     answers_by_pdd: dict[str, float | None],
 ) -> None:
-    whole = _histogram_quantile(ROUTER_UNTIL_DECODE, bounds=ROUTER_BOUNDS)
-    routed = _histogram_quantile(PREFILL_TTFT) + _outside(ROUTER_UNTIL_DECODE)
-    assert routed > whole
-    assert answers_by_pdd["full"] == pytest.approx(routed, rel=1e-3)
+    legs, routed = _two_legs(PREFILL_TTFT, DECODE_TTFT), _histogram_quantile(PREFILL_TTFT) + 0.25
+    assert legs > routed
+    assert answers_by_pdd["full"] == pytest.approx(legs, rel=1e-3)
 
 
-def test_the_routers_p90_where_stalls_outside_the_engines_clocks_raise_it(
+def test_prefills_p90_shifted_by_the_routers_time_outside_it_where_that_exceeds_the_legs(
     answers_by_pdd: dict[str, float | None],
 ) -> None:
-    whole = _histogram_quantile(ROUTER_WITH_STALLS, bounds=ROUTER_BOUNDS)
-    routed = _histogram_quantile(PREFILL_TTFT) + _outside(ROUTER_WITH_STALLS)
-    assert whole > routed
-    assert answers_by_pdd["stalls"] == pytest.approx(whole, rel=1e-3)
+    legs, routed = _two_legs(PREFILL_TTFT, DECODE_TTFT), _histogram_quantile(PREFILL_TTFT) + 3.0
+    assert routed > legs
+    assert answers_by_pdd["late-decode-answer"] == pytest.approx(routed, rel=1e-3)
 
 
 def test_without_router_series_the_two_legs(answers_by_pdd: dict[str, float | None]) -> None:

@@ -176,25 +176,25 @@ def _two_legs(prefill_leg: Sequence[str], decode_leg: Sequence[str], scope: Scop
 
 
 def _ttft(engine: MetricNames, router: RouterMetrics | None, scope: Scope) -> str:
-    """TTFT on the users' clock: the router's where it exports one. Where the router exports how long it
-    took until decode's response started (vllm-router), that duration's p90, or prefill's p90 shifted by
-    the router's mean time outside prefill's clock where that is larger (the router's buckets are 2x
-    apart, prefill's fine): the router's clock holds prefill's whole leg, the hops, the stalls no engine
-    clock sees, and decode's first step when decode's API process answers late. Else, for engines whose
-    decode gets the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV
-    pull) combined as two independent legs. Without prefill TTFT samples in the window (an engine that
-    records the users' TTFT on decode, as xpyd's simulator does) decode's alone; `>= 0` drops the NaN
-    an empty histogram gives, so `or` falls through to the next alternative."""
+    """TTFT on the users' clock: the router's where it exports one. Else, for engines whose decode
+    gets the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull)
+    combined as two independent legs; where the router exports how long it took until decode's response
+    started, the larger of the legs and prefill's p90 shifted by the router's mean time outside prefill's
+    clock. A user waits for the later of the two: the router's clock holds prefill's whole leg and the
+    hops, and decode's TTFT runs from decode's arrival, so it lies inside the router's clock when decode's
+    API process is slow to answer and after it when not. Without prefill TTFT samples in the window (an
+    engine that records the users' TTFT on decode, as xpyd's simulator does) decode's alone; `>= 0`
+    drops the NaN an empty histogram gives, so `or` falls through to the next alternative."""
     decode = _quantile(engine.ttft, scope, Role.DECODE)
     alternatives = [_quantile(router.ttft, scope, None)] if router else []
     if engine.ttft_prefill_leg and decode:
+        legs = _two_legs(engine.ttft_prefill_leg, engine.ttft, scope)
         if router and router.until_decode_responds:
             prefill_mean = _mean(engine.ttft_prefill_leg, scope, Role.PREFILL)
             outside = f"clamp_min(({_mean(router.until_decode_responds, scope, None)}) - ({prefill_mean}), 0)"
             routed = f"({_quantile(engine.ttft_prefill_leg, scope, Role.PREFILL)}) + {outside}"
-            whole = _quantile(router.until_decode_responds, scope, None)
-            alternatives.append(f"(({whole}) + clamp_min(({routed}) - ({whole}), 0)) >= 0")  # max
-        alternatives.append(f"({_two_legs(engine.ttft_prefill_leg, engine.ttft, scope)}) >= 0")
+            alternatives.append(f"(({legs}) + clamp_min(({routed}) - ({legs}), 0)) >= 0")  # max(legs, routed)
+        alternatives.append(f"({legs}) >= 0")
     alternatives.append(decode)
     return _either([query for query in alternatives if query])
 
