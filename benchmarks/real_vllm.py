@@ -85,8 +85,8 @@ def main() -> int:
     lines += [
         f"| TTFT through the router, p50 / p90 (users' clock) | {routed['p50'] * 1000:.0f} / {routed['p90'] * 1000:.0f} ms |",
         f"| TTFT direct to one engine, p50 / p90 | {direct['p50'] * 1000:.0f} / {direct['p90'] * 1000:.0f} ms |",
-        f"| the controller's TTFT p90 under vllm-router (the larger of prefill's and decode's TTFT as two "
-        f"legs and prefill's p90 + the router's mean time outside prefill's clock, Prometheus) | "
+        f"| the controller's TTFT p90 under vllm-router (prefill's and decode's TTFT as two legs + the "
+        f"router's mean time outside prefill's clock, Prometheus) | "
         f"{(controller or float('nan')) * 1000:.0f} ms |",
         f"| of it, means: prefill's TTFT / decode's TTFT / the router's time until decode responds | "
         f"{_ms(legs['prefill_ttft_mean'])} / {_ms(legs['decode_ttft_mean'])} / "

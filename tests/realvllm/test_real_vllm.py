@@ -6,8 +6,8 @@ It checks what the simulation cannot: that the rendered args and env start real 
 between each other (decode counts prompt tokens from external_kv_transfer), that the controller's
 PromQL finds every signal it needs in real vLLM metrics, that the operator's in-flight reading (what a
 drain waits on) sees real requests and then a real 0, and that the controller's TTFT under vllm-router
-(prefill's leg plus decode's, which includes the KV pull, or the router's clock where that is later)
-matches the users' clock.
+(prefill's leg plus decode's, which includes the KV pull, plus the router's time outside them) matches
+the users' clock.
 One module-wide stack: starting vLLM costs minutes on 2 cores, the checks cost seconds.
 """
 
@@ -66,9 +66,9 @@ def test_the_operators_in_flight_reading_sees_requests_then_zero(real_stack: Rea
 
 
 def test_controllers_ttft_matches_the_users_clock(real_stack: RealStack) -> None:
-    """Under vllm-router the controller reads the larger of prefill's TTFT and decode's (which holds the
-    KV pull) as two legs and prefill's p90 shifted by the router's mean time outside prefill's clock:
-    within 10 % of inference-perf's p90, measured on the same requests (the warm-up is in neither)."""
+    """Under vllm-router the controller combines prefill's TTFT and decode's (which holds the KV pull)
+    as two legs and adds the router's mean time outside prefill's clock: within 10 % of inference-perf's
+    p90, measured on the same requests (the warm-up is in neither)."""
     controller = real_stack.controller_answers["ttft_p90"]
     users = real_stack.load.ttft_p90_s
     assert controller is not None

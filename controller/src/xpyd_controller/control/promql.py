@@ -178,13 +178,11 @@ def _two_legs(prefill_leg: Sequence[str], decode_leg: Sequence[str], scope: Scop
 def _ttft(engine: MetricNames, router: RouterMetrics | None, scope: Scope) -> str:
     """TTFT on the users' clock: the router's where it exports one. Else, for engines whose decode
     gets the request after prefill, prefill's TTFT plus decode's (whose own TTFT includes the KV pull)
-    combined as two independent legs; where the router exports how long it took until decode's response
-    started, the larger of the legs and prefill's p90 shifted by the router's mean time outside prefill's
-    clock. A user waits for the later of the two: the router's clock holds prefill's whole leg and the
-    hops, and decode's TTFT runs from decode's arrival, so it lies inside the router's clock when decode's
-    API process is slow to answer and after it when not. Without prefill TTFT samples in the window (an
-    engine that records the users' TTFT on decode, as xpyd's simulator does) decode's alone; `>= 0`
-    drops the NaN an empty histogram gives, so `or` falls through to the next alternative."""
+    combined as two independent legs, plus the router's mean time outside prefill's clock where the
+    router exports how long it took until decode's response started (vLLM sends its streaming headers
+    before the first token, so decode's TTFT follows the router's clock). Without prefill TTFT samples
+    in the window (an engine that records the users' TTFT on decode, as xpyd's simulator does) decode's
+    alone; `>= 0` drops the NaN an empty histogram gives, so `or` falls through to the next alternative."""
     decode = _quantile(engine.ttft, scope, Role.DECODE)
     alternatives = [_quantile(router.ttft, scope, None)] if router else []
     if engine.ttft_prefill_leg and decode:
@@ -192,8 +190,7 @@ def _ttft(engine: MetricNames, router: RouterMetrics | None, scope: Scope) -> st
         if router and router.until_decode_responds:
             prefill_mean = _mean(engine.ttft_prefill_leg, scope, Role.PREFILL)
             outside = f"clamp_min(({_mean(router.until_decode_responds, scope, None)}) - ({prefill_mean}), 0)"
-            routed = f"({_quantile(engine.ttft_prefill_leg, scope, Role.PREFILL)}) + {outside}"
-            alternatives.append(f"(({legs}) + clamp_min(({routed}) - ({legs}), 0)) >= 0")  # max(legs, routed)
+            alternatives.append(f"(({legs}) + {outside}) >= 0")
         alternatives.append(f"({legs}) >= 0")
     alternatives.append(decode)
     return _either([query for query in alternatives if query])
