@@ -480,7 +480,7 @@ def warm_up(router_url: str, model: Path, spec: LoadSpec, requests: int) -> None
 
 
 def ttft_legs(source: PrometheusSource, scope: Scope) -> dict[str, float | None]:
-    """Means and p90s of the legs the controller's TTFT combines, over its window: what a failed
+    """Means, medians and p90s of the legs the controller's TTFT combines, over its window: what a failed
     comparison with the users' clock is read against (which leg grew, or time outside them all)."""
     window = scope.window
 
@@ -488,12 +488,15 @@ def ttft_legs(source: PrometheusSource, scope: Scope) -> dict[str, float | None]
         selector = scope.selector(role)
         return f"sum(rate({name}_sum{selector}[{window}])) / sum(rate({name}_count{selector}[{window}]))"
 
-    def p90(name: str, role: Role | None) -> str:
+    def quantile(q: float, name: str, role: Role | None) -> str:
         selector = scope.selector(role)
-        return f"histogram_quantile(0.9, sum by (le) (rate({name}_bucket{selector}[{window}])))"
+        return f"histogram_quantile({q}, sum by (le) (rate({name}_bucket{selector}[{window}])))"
+
+    def p90(name: str, role: Role | None) -> str:
+        return quantile(0.9, name, role)
 
     def median(name: str, role: Role | None) -> str:
-        return p90(name, role).replace("histogram_quantile(0.9,", "histogram_quantile(0.5,", 1)
+        return quantile(0.5, name, role)
 
     ttft, router = "vllm:time_to_first_token_seconds", "vllm_router_pd_request_duration_seconds"
     return source.query_all(
