@@ -1,8 +1,8 @@
 """The one rule from desired pool sizes to moves, shared by the operator's plan and the simulator.
 
-The operator (xpyd_operator.plan.scaling) and the simulator (xpyd_controller.sim.engine) both call
-`resize`, so the conversions, starts and removals that a benchmark measures are the ones the operator
-makes. In order, for each pool:
+The operator's planner (`scaling.plan` in xpyd_operator) and the simulator (xpyd_controller.sim.engine)
+both call `resize`, so the conversions, starts and removals that a benchmark measures are the ones the
+operator makes. In order, for each pool:
 
 1. A pool below its desired size takes back instances it is draining for removal (no cold start).
 2. Conversions (when allowed): a pool with a surplus converts ready, idle instances to a pool with a
