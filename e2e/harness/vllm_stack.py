@@ -36,7 +36,8 @@ from xpyd_api.models import PDDeployment, RouterType, parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.adapters.prometheus import PrometheusSource
 from xpyd_controller.control.promql import ROUTER_METRICS, Scope, build_queries
-from xpyd_operator import engine_client, render
+from xpyd_operator.adapters import engine_client
+from xpyd_operator.core import render
 
 NAMESPACE, PDD_NAME = "realvllm", "tiny"
 POD_IPS = {Role.PREFILL: "127.0.13.1", Role.DECODE: "127.0.13.2"}

@@ -24,7 +24,7 @@ from tests.integration.pdd import CRD_PATH
 
 from xpyd_api.models import PDDSpecError, parse_pdd
 from xpyd_api.names import Role
-from xpyd_operator import render
+from xpyd_operator.core import render
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
 

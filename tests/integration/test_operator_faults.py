@@ -23,7 +23,7 @@ from e2e.harness.cluster import LocalCluster, start_cluster
 from e2e.harness.procs import wait_until
 from tests.integration.pdd import CRD_PATH, apply, get_json, instance_pods, is_ready, manifest, patch_spec
 
-from xpyd_operator.handlers import TEMPORARY_ERROR_DELAY_SECONDS
+from xpyd_operator.entry.handlers import TEMPORARY_ERROR_DELAY_SECONDS
 from xpyd_operator.testing import OperatorProcess
 
 pytestmark = [pytest.mark.cluster]

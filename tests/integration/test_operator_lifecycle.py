@@ -28,7 +28,7 @@ from tests.integration.pdd import (
 
 from xpyd_api.models import parse_pdd
 from xpyd_api.names import Role
-from xpyd_operator import render
+from xpyd_operator.core import render
 from xpyd_operator.testing import EngineStub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]

@@ -27,7 +27,7 @@ from e2e.harness.procs import wait_until
 
 from xpyd_api.models import parse_pdd
 from xpyd_api.names import LABEL_ROLE, LABEL_SERVING, Role
-from xpyd_operator import render
+from xpyd_operator.core import render
 
 pytestmark = pytest.mark.cluster
 

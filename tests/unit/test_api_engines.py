@@ -16,8 +16,8 @@ from xpyd_api.engines import ENGINES, FLAG_PURPOSES, ROLE_SWITCH, VLLM, Engine, 
 from xpyd_api.models import parse_pdd
 from xpyd_api.names import Role
 from xpyd_controller.sim.exposition import EngineSeries, render
-from xpyd_operator import engine_client
-from xpyd_operator.render import instance_pod_spec
+from xpyd_operator.adapters import engine_client
+from xpyd_operator.core.render import instance_pod_spec
 
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 CRD = Path(__file__).parents[2] / "crds" / "pddeployments.xpyd.dev.yaml"

@@ -18,16 +18,20 @@ PROBES = [
     # (module file, the import line added, what lint-imports must report)
     (
         "xpyd_controller/model/roofline.py",
-        "import xpyd_operator.render",
+        "import xpyd_operator.core.render",
         "not allowed to import xpyd_operator",
     ),
-    ("xpyd_controller/control/pools.py", "import xpyd_operator.plan", "not allowed to import xpyd_operator"),
     (
-        "xpyd_operator/plan/scaling.py",
+        "xpyd_controller/control/pools.py",
+        "import xpyd_operator.core.scaling",
+        "not allowed to import xpyd_operator",
+    ),
+    (
+        "xpyd_operator/core/scaling.py",
         "import xpyd_controller.policy",
         "not allowed to import xpyd_controller",
     ),
-    ("xpyd_api/names.py", "import xpyd_operator.render", "not allowed to import xpyd_operator"),
+    ("xpyd_api/names.py", "import xpyd_operator.core.render", "not allowed to import xpyd_operator"),
     (
         "xpyd_controller/policy/static.py",
         "import xpyd_controller.cli.plan",
@@ -36,7 +40,37 @@ PROBES = [
     ("xpyd_controller/controller.py", "import xpyd_controller.cli.controller", "is not allowed to import"),
     ("xpyd_controller/model/sizing.py", "import xpyd_controller.policy", "model is not allowed to import"),
     ("xpyd_controller/sim/runner.py", "import xpyd_controller.control.loop", "not allowed to import"),
-    ("xpyd_operator/render.py", "import xpyd_operator.reconcile", "render is not allowed to import"),
+    # the operator's layers: entry points > the reconcile shell > adapters > the pure core
+    (
+        "xpyd_operator/core/render.py",
+        "import xpyd_operator.reconcile",
+        "xpyd_operator.core is not allowed to import xpyd_operator.reconcile",
+    ),
+    (
+        "xpyd_operator/core/status.py",
+        "import xpyd_operator.adapters.engine_client",
+        "xpyd_operator.core is not allowed to import xpyd_operator.adapters",
+    ),
+    (
+        "xpyd_operator/core/scaling.py",
+        "import xpyd_api.k8s",
+        "xpyd_operator.core is not allowed to import xpyd_api.k8s",
+    ),
+    (
+        "xpyd_operator/core/config.py",
+        "import urllib.request",
+        "xpyd_operator.core is not allowed to import urllib",
+    ),
+    (
+        "xpyd_operator/adapters/engine_client.py",
+        "import xpyd_operator.reconcile",
+        "xpyd_operator.adapters is not allowed to import xpyd_operator.reconcile",
+    ),
+    (
+        "xpyd_operator/reconcile.py",
+        "import xpyd_operator.entry.handlers",
+        "xpyd_operator.reconcile is not allowed to import xpyd_operator.entry",
+    ),
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xpyd_operator.config import OperatorConfig
+from xpyd_operator.core.config import OperatorConfig
 
 
 def test_defaults() -> None:

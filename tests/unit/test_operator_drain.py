@@ -10,9 +10,9 @@ from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instan
 
 from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec
-from xpyd_operator.engine_client import parse_load
-from xpyd_operator.plan.actions import Action, AdvanceTransition, BeginTransition, DeleteInstance
-from xpyd_operator.plan.scaling import ROUTER_FOLLOW_SECONDS, PlanInput, plan, prefill_backlog_needed
+from xpyd_operator.adapters.engine_client import parse_load
+from xpyd_operator.core.actions import Action, AdvanceTransition, BeginTransition, DeleteInstance
+from xpyd_operator.core.scaling import ROUTER_FOLLOW_SECONDS, PlanInput, plan, prefill_backlog_needed
 
 LEASE = 30.0
 

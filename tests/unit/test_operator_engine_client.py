@@ -14,7 +14,7 @@ from tests.unit.operator_builders import D, make_instance
 
 from xpyd_api.engines import ENGINES, EngineType
 from xpyd_api.names import Role
-from xpyd_operator import engine_client
+from xpyd_operator.adapters import engine_client
 
 VLLM = ENGINES[EngineType.VLLM].in_flight
 CUSTOM = ENGINES[EngineType.CUSTOM].in_flight

@@ -10,7 +10,7 @@ from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instan
 from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec
 from xpyd_api.names import Role
-from xpyd_operator.plan.actions import (
+from xpyd_operator.core.actions import (
     Action,
     AdvanceTransition,
     BeginTransition,
@@ -20,7 +20,7 @@ from xpyd_operator.plan.actions import (
     SwitchEngine,
     VerifyEngine,
 )
-from xpyd_operator.plan.scaling import PlanInput, plan, roles_needing_load
+from xpyd_operator.core.scaling import PlanInput, plan, roles_needing_load
 
 
 def removal(source: Role, since: float = NOW - 10) -> Transition:

@@ -12,7 +12,7 @@ from e2e.harness.loopback import loopback_server
 
 from xpyd_api import k8s
 from xpyd_api.k8s import Kube, KubeError, ObjectRef
-from xpyd_operator.config import OperatorConfig
+from xpyd_operator.core.config import OperatorConfig
 from xpyd_operator.reconcile import Reconciler
 from xpyd_operator.testing import EngineStub
 

@@ -9,7 +9,7 @@ import pytest
 
 from xpyd_api.models import PDDeployment, parse_pdd
 from xpyd_api.names import LABEL_PDD, LABEL_ROLE, LABEL_SERVING, LABEL_TEMPLATE_HASH, Role
-from xpyd_operator import render
+from xpyd_operator.core import render
 
 
 def make_pdd(**spec: Any) -> PDDeployment:

@@ -8,7 +8,7 @@ import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
 from xpyd_api.instances import Instance, rejected_flags
-from xpyd_operator.status import StatusInput, blocked_conditions, compute_status
+from xpyd_operator.core.status import StatusInput, blocked_conditions, compute_status
 
 
 def status_of(

@@ -31,8 +31,8 @@ from xpyd_controller.sim import engine
 from xpyd_controller.sim.config import Control, Fleet, Realism, SimConfig
 from xpyd_controller.sim.seed import SEED_HARDWARE, SEED_SLO
 from xpyd_controller.sim.traces import Trace
-from xpyd_operator.plan.actions import BeginTransition, CancelTransition, CreateInstance, DeleteInstance
-from xpyd_operator.plan.scaling import PlanInput, plan
+from xpyd_operator.core.actions import BeginTransition, CancelTransition, CreateInstance, DeleteInstance
+from xpyd_operator.core.scaling import PlanInput, plan
 
 P, D = Role.PREFILL, Role.DECODE
 

@@ -8,7 +8,7 @@ from e2e.harness.vllm_engine import container_process
 from e2e.harness.vllm_stack import static_router_args, tiny_pdd
 
 from xpyd_api.names import Role
-from xpyd_operator import render
+from xpyd_operator.core import render
 
 
 def test_engine_process_is_the_rendered_container_on_the_pod_ip() -> None:

@@ -1,19 +1,6 @@
-"""`python -m xpyd_operator [kopf run flags]`: the operator with its handlers module preset.
+"""`python -m xpyd_operator [kopf run flags]` (the chart's command): `xpyd_operator.entry.main`."""
 
-Examples: `python -m xpyd_operator --all-namespaces`, `python -m xpyd_operator --namespace team-a`.
-"""
-
-from __future__ import annotations
-
-import sys
-
-from kopf.cli import main
-
-
-def run() -> None:
-    sys.argv = [sys.argv[0], "run", "--standalone", "-m", "xpyd_operator.handlers", *sys.argv[1:]]
-    main()
-
+from xpyd_operator.entry.main import main
 
 if __name__ == "__main__":
-    run()
+    main()

@@ -28,10 +28,10 @@ from xpyd_api.names import (
     Reason,
     Role,
 )
-from xpyd_operator import engine_client, render
-from xpyd_operator.config import OperatorConfig
-from xpyd_operator.engine_client import EngineLoad
-from xpyd_operator.plan.actions import (
+from xpyd_operator.adapters import engine_client
+from xpyd_operator.adapters.engine_client import EngineLoad
+from xpyd_operator.core import render
+from xpyd_operator.core.actions import (
     Action,
     AdvanceTransition,
     BeginTransition,
@@ -41,8 +41,9 @@ from xpyd_operator.plan.actions import (
     SwitchEngine,
     VerifyEngine,
 )
-from xpyd_operator.plan.scaling import PlanInput, plan, prefill_backlog_needed, roles_needing_load
-from xpyd_operator.status import StatusInput, blocked_conditions, compute_status, router_label_problem
+from xpyd_operator.core.config import OperatorConfig
+from xpyd_operator.core.scaling import PlanInput, plan, prefill_backlog_needed, roles_needing_load
+from xpyd_operator.core.status import StatusInput, blocked_conditions, compute_status, router_label_problem
 
 log = logging.getLogger(__name__)
 

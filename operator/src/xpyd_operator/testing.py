@@ -114,7 +114,7 @@ class EngineStub:
 
 
 class OperatorProcess(ProgramProcess):
-    """`kopf run -m xpyd_operator.handlers --standalone` against a cluster; killed on exit, always."""
+    """`kopf run -m xpyd_operator.entry.handlers --standalone` against a cluster; killed on exit, always."""
 
     def __init__(
         self,
@@ -124,7 +124,16 @@ class OperatorProcess(ProgramProcess):
         settings: Mapping[str, str] | None = None,
     ) -> None:
         scope = [arg for ns in namespaces for arg in ("--namespace", ns)] or ["--all-namespaces"]
-        argv = [sys.executable, "-m", "kopf", "run", "--standalone", "-m", "xpyd_operator.handlers", *scope]
+        argv = [
+            sys.executable,
+            "-m",
+            "kopf",
+            "run",
+            "--standalone",
+            "-m",
+            "xpyd_operator.entry.handlers",
+            *scope,
+        ]
         super().__init__(
             "operator", argv, {**env, "XPYD_PROBE_POD_IP": "false", **(settings or {})}, log_path
         )

@@ -15,7 +15,7 @@ from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import Reason, Role
 from xpyd_api.resize import Member, resize, victim_order
-from xpyd_operator.plan.actions import (
+from xpyd_operator.core.actions import (
     Action,
     AdvanceTransition,
     BeginTransition,

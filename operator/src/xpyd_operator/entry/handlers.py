@@ -1,4 +1,4 @@
-"""Kopf entry point: `kopf run -m xpyd_operator.handlers [--namespace NS ... | --all-namespaces]`.
+"""Kopf entry point: `kopf run -m xpyd_operator.entry.handlers [--namespace NS ... | --all-namespaces]`.
 
 Handlers only wire events to the Reconciler. One daemon per PDDeployment runs level-based reconcile
 passes: right away when the object or one of its pods changes, quickly while work is in progress, and
@@ -25,7 +25,7 @@ from xpyd_api.names import (
     PLURAL,
     VERSION,
 )
-from xpyd_operator.config import OperatorConfig
+from xpyd_operator.core.config import OperatorConfig
 from xpyd_operator.reconcile import Reconciler
 
 TEMPORARY_ERROR_DELAY_SECONDS = 5.0

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xpyd_operator.plan.scaling import DEFAULT_MAX_CREATES_PER_PASS
+from xpyd_operator.core.scaling import DEFAULT_MAX_CREATES_PER_PASS
 
 
 @dataclass(frozen=True)

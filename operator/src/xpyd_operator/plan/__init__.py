@@ -1,1 +1,0 @@
-"""Pure planning: from the observed instances and the spec to the next actions, with no I/O."""
