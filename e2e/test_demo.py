@@ -222,15 +222,14 @@ def drains(observed: Observed) -> list[Drain]:
             firsts.setdefault((step["started"], step["step"]), step)
         for step in firsts.values():
             if step["step"] == "Draining":
-                ends = [
-                    s["stepStarted"]
-                    for s in history.steps
-                    if s["started"] == step["started"] and s["step"] == "Switching"
-                ]
-                if step["kind"] == "Remove" and history.deleted_seen is not None:
+                same = [s for s in history.steps if s["started"] == step["started"]]
+                ends = [s["stepStarted"] for s in same if s["step"] == "Switching"]
+                # what the drain ended in: a drain for removal the other pool took over ends in a switch
+                last = next(s for s in reversed(same) if s["step"] == "Draining")
+                if last["kind"] == "Remove" and history.deleted_seen is not None:
                     found.append(Drain(uid, step["stepStarted"], history.deleted_seen, None))
-                elif step["kind"] == "Convert" and ends:
-                    found.append(Drain(uid, step["stepStarted"], ends[0], step["to"]))
+                elif last["kind"] == "Convert" and ends:
+                    found.append(Drain(uid, step["stepStarted"], ends[0], last["to"]))
     return found
 
 
@@ -243,6 +242,29 @@ def router_dropped(observed: Observed, host: str | None, off: float, end: float)
     if last_listed is None:
         return None
     return next((t for t, listed in polls if t > last_listed and t >= off and not listed), None)
+
+
+Growth = tuple[float, dict[str, Any], dict[str, Any], list[str]]
+
+
+def growth_decisions(samples: list[Sample]) -> list[Growth]:
+    """Each applied decision that grew a pool: (traffic s, desired, the pools it saw, its reasons). A
+    conversion needs the other pool to shrink in the same decision or to be draining an instance for
+    removal then (the operator converts that one instead, xpyd_api.resize); the reasons name the
+    policy's rule that held the other pool (e.g. <Role>HeldInFlight, <Role>KeepsConvertedInstances)."""
+    found: list[Growth] = []
+    last, seen = None, None
+    for sample in samples:
+        status = sample.autoscaler
+        stamp, desired = status.get("lastDecisionTime"), status.get("desired")
+        if not desired or stamp == seen:
+            continue
+        seen = stamp
+        if last is not None and status.get("applied") and any(desired[r] > last[r] for r in desired):
+            pools = {r: status.get("inputs", {}).get(r) for r in ("prefill", "decode")}
+            found.append((round(sample.at_s), desired, pools, list(status.get("reasons", []))))
+        last = desired
+    return found
 
 
 def second_half(samples: list[Sample], start_s: float, end_s: float) -> list[Sample]:
@@ -286,7 +308,10 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
 
             converted = demo.event_messages("Converted")
             conversions = [d for d in found if d.to is not None]
-            assert converted and conversions, f"no conversion: events {converted}, seen {found}"
+            assert converted and conversions, (
+                f"no conversion: events {converted}, seen {found}; the decisions that grew a pool, with "
+                f"the other pool's state and the rules that held it: {growth_decisions(samples)}"
+            )
             # Engine-side, by the engines' own request logs. A request counts as routed when the client
             # sent it (its `user` tag): the router picks both instances then, and sends the decode part
             # only after the prefill answered. Once the router no longer lists an instance (its GET
@@ -313,6 +338,8 @@ def test_the_controller_follows_the_mix_and_the_operator_converts(
                 assert wrong == [], f"{drain}: requests of another role after it drained: {wrong[:3]}"
                 served_after += len(after) if drain.to else 0
             assert served_after > 0, "no converted instance served its new role"
+            taken_over = [m for m in demo.event_messages("Draining") if "instead of removal" in m]
+            print(f"conversions: {len(conversions)}, of them drains for removal taken over: {taken_over}")
             print(
                 f"requests converted instances served after their switch, all of the new role: {served_after}"
             )

@@ -9,6 +9,9 @@ The table includes the differences the two used to have, settled (issue 10 item 
   oldest among equally loaded ones);
 - a pool that is short takes back instances it is draining for removal before any conversion into
   it (the simulator converted first and un-drained after);
+- a pool still short takes over the other pool's drains for removal when conversions are allowed (a
+  policy that shrinks one pool in one pass and grows the other in the next, while that drain is on,
+  still converts: the e2e demo's swings did so only by deleting and creating instances before);
 - a conversion replaces a cold start that would end later only where the caller knows both times:
   the simulator does, the operator never cancels a start (last tests).
 """
@@ -53,7 +56,7 @@ class Case:
     title: str
     desired: tuple[int, int]
     pods: tuple[Pod, ...]
-    moves: frozenset[tuple[str, str]]  # (name, "convert" | "remove" | "take back")
+    moves: frozenset[tuple[str, str]]  # (name, "convert" | "remove" | "take back" | "redirect")
     creates: dict[Role, int] = field(default_factory=dict)
     conversion: bool = True
 
@@ -117,6 +120,33 @@ CASES = [
         {"p1": "take back", "d1": "remove"},
     ),
     case(
+        "a short pool takes over the other pool's drain for removal: it switches once drained",
+        (1, 2),
+        [Pod("p0", P), Pod("p1", P, state="draining"), Pod("d0", D)],
+        {"p1": "redirect"},
+    ),
+    case(
+        "a drain taken over before a ready instance converts or a cold start",
+        (1, 3),
+        [Pod("p0", P), Pod("p1", P, state="draining"), Pod("p2", P, created=1), Pod("d0", D)],
+        {"p1": "redirect", "p2": "convert"},
+    ),
+    case(
+        "the draining pool takes back its own first; nothing left to take over",
+        (2, 2),
+        [Pod("p0", P), Pod("p1", P, state="draining"), Pod("d0", D)],
+        {"p1": "take back"},
+        creates={D: 1},
+    ),
+    case(
+        "conversion off: the drain goes on, the short pool starts one",
+        (1, 2),
+        [Pod("p0", P), Pod("p1", P, state="draining"), Pod("d0", D)],
+        {},
+        creates={D: 1},
+        conversion=False,
+    ),
+    case(
         "conversion off: remove here, start there",
         (2, 1),
         [Pod("p0", P), Pod("d0", D), Pod("d1", D, load=2)],
@@ -156,6 +186,7 @@ def _summary(moves: Moves[str]) -> frozenset[tuple[str, str]]:
         [(k, "take back") for k in moves.take_back]
         + [(k, "convert") for k, _ in moves.convert]
         + [(k, "remove") for k in moves.remove]
+        + [(k, "redirect") for k, _ in moves.redirect]
     )
 
 
@@ -189,6 +220,9 @@ def operator_moves(c: Case) -> tuple[frozenset[tuple[str, str]], dict[Role, int]
                 moves.add((instance.name, "remove"))
             case CancelTransition(instance=instance):
                 moves.add((instance.name, "take back"))
+            case BeginTransition(instance=instance, transition=t) if instance.transition is not None:
+                assert t.kind is TransitionKind.CONVERT and t.started == instance.transition.started
+                moves.add((instance.name, "redirect"))  # the same drain, ending in a switch
             case BeginTransition(instance=instance, transition=t):
                 moves.add((instance.name, "convert" if t.kind is TransitionKind.CONVERT else "remove"))
     return frozenset(moves), creates
@@ -239,6 +273,8 @@ def simulator_moves(c: Case) -> tuple[frozenset[tuple[str, str]], dict[Role, int
         gone = inst not in sim.instances
         if was == engine.DRAINING and now == engine.READY:
             moves.add((name, "take back"))
+        elif was == engine.DRAINING and now == engine.CONVERTING:
+            moves.add((name, "redirect"))
         elif was == engine.READY and now == engine.CONVERTING:
             moves.add((name, "convert"))
         elif (was == engine.READY and now == engine.DRAINING) or (was == engine.STARTING and gone):

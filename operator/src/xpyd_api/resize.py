@@ -5,6 +5,10 @@ both call `resize`, so the conversions, starts and removals that a benchmark mea
 operator makes. In order, for each pool:
 
 1. A pool below its desired size takes back instances it is draining for removal (no cold start).
+   A pool still short, when conversions are allowed, takes over the other pool's instances draining
+   for removal: their drain goes on and ends in a switch instead of a deletion (they are out of
+   service already, so this costs no capacity). A policy that shrinks one pool in one pass and grows
+   the other in a later one, while the drain is still on, converts that way.
 2. Conversions (when allowed): a pool with a surplus converts ready, idle instances to a pool with a
    deficit, in victim order. A starting instance never converts (it is removed instead: a new one of
    the other role is no slower than finishing the cold start, draining and switching).
@@ -53,6 +57,7 @@ class Moves(Generic[Key]):
     cancel: tuple[Key, ...] = ()  # starting instances a conversion replaces: delete now
     create: Mapping[Role, int] = field(default_factory=dict)  # new instances per pool
     remove: tuple[Key, ...] = ()  # unready: delete now; ready: drain, then delete
+    redirect: tuple[tuple[Key, Role], ...] = ()  # draining for removal: switch to the role when drained
 
 
 def victim_order(member: Member[Key]) -> tuple[bool, float, float]:
@@ -70,8 +75,8 @@ def resize(
 ) -> Moves[Key]:
     """The moves that bring `members` to the `desired` size of each pool (None or missing: keep it).
 
-    `draining` are instances being drained for removal (in the order to take them back). The order of
-    the module docstring applies; `conversion` allows steps 2 and 3."""
+    `draining` are instances being drained for removal (in the order to take them back or over). The
+    order of the module docstring applies; `conversion` allows the take-over of step 1 and steps 2 and 3."""
     pools: dict[Role, list[Member[Key]]] = {role: [m for m in members if m.role is role] for role in Role}
     want = {
         role: len(pools[role]) if desired.get(role) is None else max(0, desired[role] or 0) for role in Role
@@ -82,6 +87,17 @@ def resize(
         for instance in [d for d in draining if d.role is role][: max(0, shortfall)]:
             take_back.append(instance.key)
             pools[role].append(Member(instance.key, role, ready=True, busy=True, created=instance.created))
+    redirect: list[tuple[Key, Role]] = []
+    if conversion:
+        taken = set(take_back)
+        for role in Role:
+            shortfall = want[role] - len(pools[role])
+            given_up = [d for d in draining if d.role is role.other and d.key not in taken]
+            for instance in given_up[: max(0, shortfall)]:
+                redirect.append((instance.key, role))
+                pools[role].append(
+                    Member(instance.key, role, ready=False, busy=True, created=instance.created)
+                )
 
     convert: list[tuple[Key, Role]] = []
     cancel: list[Key] = []
@@ -118,7 +134,7 @@ def resize(
                     break
                 ready -= 1
             remove.append(victim.key)
-    return Moves(tuple(take_back), tuple(convert), tuple(cancel), create, tuple(remove))
+    return Moves(tuple(take_back), tuple(convert), tuple(cancel), create, tuple(remove), tuple(redirect))
 
 
 def _convert_one(

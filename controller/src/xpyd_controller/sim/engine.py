@@ -795,6 +795,12 @@ class _Simulation:
             self._add_ready(inst)
             inst.version += 1
             self._admit_waiting(t)
+        for inst, target in moves.redirect:
+            inst.target_role = str(target)
+            inst.state = CONVERTING
+            if inst.is_empty(t):  # drained already: its retirement is due, a switch replaces it
+                inst.version += 1
+                self._check_drained(inst, t)
         for inst, target in moves.convert:
             inst.target_role = str(target)
             self._leave(inst, CONVERTING, t)

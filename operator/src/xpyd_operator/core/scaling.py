@@ -285,13 +285,25 @@ def plan(inp: PlanInput) -> list[Action]:
         actions = [a for a in actions if getattr(a, "instance", None) != instance]
         actions.append(CancelTransition(instance))
         members[instance.role].append(instance)
+    # A pool that needs instances takes over the other pool's drains for removal: they end in a switch.
+    for name, target in moves.redirect:
+        instance = by_name[name]
+        drain = next(
+            (a.transition for a in actions if isinstance(a, AdvanceTransition) and a.instance == instance),
+            instance.transition,
+        )
+        assert drain is not None, "only instances draining for removal are redirected"
+        actions = [a for a in actions if getattr(a, "instance", None) != instance]
+        converting = replace(drain, kind=TransitionKind.CONVERT, target=target)
+        actions.append(BeginTransition(instance, converting, f"convert to {target} instead of removal"))
+        members[target].append(instance)
     for name, target in moves.convert:
         instance = by_name[name]
         actions.append(_begin(inp, instance, TransitionKind.CONVERT, target, f"convert to {target}"))
         members[instance.role].remove(instance)
         members[target].append(instance)
 
-    busy = {name for name, _ in moves.convert}
+    busy = {name for name, _ in (*moves.convert, *moves.redirect)}
     namer = _Namer(inp.pdd_name, inp.instances)
     room = inp.max_creates
     for role in Role:
