@@ -243,3 +243,18 @@ def test_a_drain_begins_with_whether_the_router_listed_the_instance() -> None:
         (begin,) = [a for a in plan(inp) if isinstance(a, BeginTransition)]
         assert begin.transition.router_listed is expected
         assert Transition.from_json(begin.transition.to_json()) == begin.transition
+
+
+def test_an_instance_the_router_has_not_listed_yet_is_picked_last() -> None:
+    """Its drain would wait for the router to add and drop it (a demo run converted a decode pod 3 s
+    after it got ready and waited out the 60 s drain timeout); a listed one drains in seconds."""
+    members = [replace(make_instance(f"x-{n}", D, created=n), pod_ip=f"10.0.0.{n}") for n in range(2)]
+    for prefill, decode, kind in ((0, 1, TransitionKind.REMOVE), (1, 1, TransitionKind.CONVERT)):
+        idle = {"x-0": 0, "x-1": 0}
+        inp = PlanInput("x", make_spec(prefill=prefill, decode=decode), members, HASHES, idle, NOW)
+        for listed, victim in (
+            (frozenset({"10.0.0.0", "10.0.0.1"}), "x-1"),
+            (frozenset({"10.0.0.0"}), "x-0"),
+        ):
+            (begin,) = [a for a in plan(replace(inp, router_listed=listed)) if isinstance(a, BeginTransition)]
+            assert (begin.instance.name, begin.transition.kind) == (victim, kind)

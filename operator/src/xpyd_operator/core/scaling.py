@@ -50,15 +50,20 @@ class PlanInput:
     router_listed: frozenset[str] | None = None
 
 
-def _member(instance: Instance, role: Role, in_flight: Mapping[str, int | None]) -> Member[str]:
-    """The instance as the shared resize rule sees it: it serves when ready and in no transition."""
-    load = in_flight.get(instance.name)
+def _member(inp: PlanInput, instance: Instance, role: Role) -> Member[str]:
+    """The instance as the shared resize rule sees it: it serves when ready and in no transition.
+
+    A ready instance no router lists yet counts as of unknown load (picked last): the router may be
+    adding it (vllm-router adds pods one at a time), so its drain would wait for the router to list and
+    drop it, up to the drain timeout, while an instance in the router's pools drains in seconds."""
+    load = inp.in_flight.get(instance.name)
+    unlisted = instance.transition is None and router_lists(inp, instance) is False
     return Member(
         instance.name,
         role,
         ready=instance.ready and instance.transition is None,
         busy=instance.transition is not None,
-        load=None if load is None else float(load),
+        load=None if load is None or unlisted else float(load),
         created=instance.created,
     )
 
@@ -228,7 +233,7 @@ def _roll_role(
     actions += [CreateInstance(role, namer.take(), reason) for _ in range(max(0, min(creates, room)))]
 
     def order(instance: Instance) -> tuple[bool, float, float]:
-        return victim_order(_member(instance, role, inp.in_flight))
+        return victim_order(_member(inp, instance, role))
 
     victims: list[tuple[Instance, str]] = []
     # Old instances go when the pool stays available without them.
@@ -274,8 +279,8 @@ def plan(inp: PlanInput) -> list[Action]:
     ]
     moves = resize(
         {role: inp.spec.pool(role).replicas for role in Role},
-        [_member(i, role, inp.in_flight) for role in Role for i in members[role]],
-        [_member(i, i.role, inp.in_flight) for i in draining],
+        [_member(inp, i, role) for role in Role for i in members[role]],
+        [_member(inp, i, i.role) for i in draining],
         conversion=inp.spec.conversion.enabled and inp.spec.roles_compatible,
     )
     by_name = {i.name: i for i in inp.instances}
