@@ -40,6 +40,13 @@ PROBES = [
     ("xpyd_controller/controller.py", "import xpyd_controller.cli.controller", "is not allowed to import"),
     ("xpyd_controller/model/sizing.py", "import xpyd_controller.policy", "model is not allowed to import"),
     ("xpyd_controller/sim/runner.py", "import xpyd_controller.control.loop", "not allowed to import"),
+    # a circle inside one layer, which no layers contract sees: the acyclic_siblings contract does
+    ("xpyd_api/names.py", "import xpyd_api.models", "No cycles are allowed in xpyd_api."),
+    (
+        "xpyd_controller/control/endpoints.py",
+        "import xpyd_controller.control.loop",
+        "No cycles are allowed in xpyd_controller.control.",
+    ),
     # the operator's layers: entry points > the reconcile shell > adapters > the pure core
     (
         "xpyd_operator/core/render.py",
