@@ -9,11 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from e2e.harness import ClusterError, LocalCluster, cluster_provider, start_cluster, start_prometheus
 from e2e.harness.cluster import KWOK_CREATE_ATTEMPTS, _create_kwok_cluster, _existing_cluster
-from e2e.harness.pods import discovery_targets
 from e2e.harness.procs import kill_pid, pid_alive, pids_in, wait_until
 from e2e.harness.prometheus import pod_monitor_scrape_config, scrape_config
 
@@ -164,33 +162,7 @@ def test_a_skipped_test_fails_the_run_only_when_skips_are_forbidden(
     assert ("skipped tests fail CI" in result.stdout) == (forbid == "1")
 
 
-def test_pod_discovery_targets_carry_what_kubernetes_sd_gives_and_the_pod_monitor_keeps_engines() -> None:
-    def pod(name: str, component: str, ip: str | None) -> client.V1Pod:
-        return client.V1Pod(
-            metadata=client.V1ObjectMeta(
-                name=name, namespace="ns", labels={"xpyd.dev/component": component, "xpyd.dev/role": "decode"}
-            ),
-            spec=client.V1PodSpec(
-                node_name="n",
-                containers=[
-                    client.V1Container(
-                        name="engine", ports=[client.V1ContainerPort(container_port=8000, name="http")]
-                    )
-                ],
-            ),
-            status=client.V1PodStatus(pod_ip=ip),
-        )
-
-    groups = discovery_targets(
-        [pod("a", "instance", "127.9.0.1"), pod("b", "router", "127.9.0.2"), pod("c", "instance", None)]
-    )
-    assert [g["targets"] for g in groups] == [
-        ["127.9.0.1:8000"],
-        ["127.9.0.2:8000"],
-    ]  # no IP: not yet a target
-    labels = groups[0]["labels"]
-    assert labels["__meta_kubernetes_pod_label_xpyd_dev_role"] == "decode"
-    assert labels["__meta_kubernetes_pod_container_port_name"] == "http"
+def test_a_pod_monitor_becomes_the_scrape_job_prometheus_operator_makes_of_it() -> None:
     monitor = {
         "metadata": {"name": "m"},
         "spec": {
@@ -206,13 +178,24 @@ def test_pod_discovery_targets_carry_what_kubernetes_sd_gives_and_the_pod_monito
             ],
         },
     }
-    (job,) = pod_monitor_scrape_config(monitor, Path("/tmp/t.json"))["scrape_configs"]
+    (job,) = pod_monitor_scrape_config([monitor], Path("/k/config"), "ns")["scrape_configs"]
+    assert job["job_name"] == "podMonitor/ns/m/0"
+    assert job["kubernetes_sd_configs"] == [
+        {"role": "pod", "kubeconfig_file": "/k/config", "namespaces": {"names": ["ns"]}}
+    ]
     rules = job["relabel_configs"]
-    assert rules[0] == {
-        "source_labels": ["__meta_kubernetes_pod_label_xpyd_dev_component"],
-        "regex": "instance",
-        "action": "keep",
-    }
+    assert rules[:3] == [
+        {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)", "action": "drop"},
+        {
+            "source_labels": [
+                "__meta_kubernetes_pod_label_xpyd_dev_component",
+                "__meta_kubernetes_pod_labelpresent_xpyd_dev_component",
+            ],
+            "regex": "(instance);true",
+            "action": "keep",
+        },
+        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"},
+    ]
     assert rules[-1] == {
         "source_labels": ["__meta_kubernetes_pod_label_xpyd_dev_role"],
         "target_label": "role",

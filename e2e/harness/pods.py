@@ -10,15 +10,13 @@ has its process stopped by pid as a kubelet stops a container: its `preStop` sle
 SIGKILL when `terminationGracePeriodSeconds` are over; `close()` stops them all at once. Like a
 kubelet, the runner keeps a deleted pod Terminating (its finalizer `RUNNER_FINALIZER`) until its process
 has ended: kwok hands a pod's IP to the next pod once the pod object is gone, and a new pod must not be
-reached at an IP an old engine still answers on. With `sd_file`, the runner also keeps a
-Prometheus file_sd list of every pod's container ports with the labels Kubernetes service discovery
-gives (`__meta_kubernetes_*`), for a scrape config with a PodMonitor's relabelling (prometheus.py).
+reached at an IP an old engine still answers on. Prometheus finds the pods itself, by Kubernetes pod
+discovery against the same cluster (prometheus.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -35,7 +33,6 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import kill_pid
-from e2e.harness.prometheus import label_name
 
 logger = logging.getLogger(__name__)
 
@@ -130,33 +127,6 @@ def pod_argv(
     return [pod.status.pod_ip if part == ANY_ADDRESS else part for part in [*command, *args]]
 
 
-def discovery_targets(pods: list[Any]) -> list[dict[str, Any]]:
-    """file_sd groups as Kubernetes pod discovery would give them: one per container port of a pod with an IP."""
-    groups = []
-    for pod in pods:
-        if not (pod.status and pod.status.pod_ip) or pod.metadata.deletion_timestamp:
-            continue
-        meta = {
-            "__meta_kubernetes_namespace": pod.metadata.namespace,
-            "__meta_kubernetes_pod_name": pod.metadata.name,
-            "__meta_kubernetes_pod_ip": pod.status.pod_ip,
-            "__meta_kubernetes_pod_node_name": pod.spec.node_name or "",
-        }
-        for key, value in (pod.metadata.labels or {}).items():
-            meta[f"__meta_kubernetes_pod_label_{label_name(key)}"] = value
-            meta[f"__meta_kubernetes_pod_labelpresent_{label_name(key)}"] = "true"
-        for container in pod.spec.containers:
-            for port in container.ports or []:
-                labels = {
-                    **meta,
-                    "__meta_kubernetes_pod_container_name": container.name,
-                    "__meta_kubernetes_pod_container_port_name": port.name or "",
-                    "__meta_kubernetes_pod_container_port_number": str(port.container_port),
-                }
-                groups.append({"targets": [f"{pod.status.pod_ip}:{port.container_port}"], "labels": labels})
-    return groups
-
-
 class PodRunner:
     """Keeps one process per runnable pod of `namespace` (optionally narrowed by a label selector)."""
 
@@ -166,10 +136,8 @@ class PodRunner:
         namespace: str,
         log_dir: Path,
         selector: str = "",
-        sd_file: Path | None = None,
     ) -> None:
         self.cluster = cluster
-        self.sd_file = sd_file
         self.namespace = namespace
         self.selector = selector
         self.log_dir = log_dir
@@ -221,8 +189,6 @@ class PodRunner:
 
     def sync(self, pods: list[Any]) -> None:
         """Start processes for new runnable pods, stop those of pods that are gone or terminating."""
-        if self.sd_file is not None:
-            self.write_targets(discovery_targets(pods))
         wanted = {
             pod.metadata.uid: pod
             for pod in pods
@@ -251,13 +217,6 @@ class PodRunner:
             for uid, pod in wanted.items():
                 if uid not in self.running and uid not in known and pod.status.pod_ip not in held:
                     self._start_pod(pod)
-
-    def write_targets(self, groups: list[dict[str, Any]]) -> None:
-        """Replace the file_sd list atomically (Prometheus must never read half of it)."""
-        assert self.sd_file is not None
-        partial = self.sd_file.with_suffix(".tmp")
-        partial.write_text(json.dumps(groups, indent=1))
-        partial.replace(self.sd_file)
 
     def _start_pod(self, pod: Any) -> None:
         container = self._api.api_client.sanitize_for_serialization(pod.spec.containers[0])
@@ -322,12 +281,10 @@ class PodRunner:
 
 @contextlib.contextmanager
 def running_pods(
-    cluster: LocalCluster, namespace: str, log_dir: Path, selector: str = "", sd_file: Path | None = None
+    cluster: LocalCluster, namespace: str, log_dir: Path, selector: str = ""
 ) -> Iterator[PodRunner]:
     """A started `PodRunner`; every process it started is stopped by pid on exit."""
-    runner = PodRunner(cluster, namespace, log_dir, selector, sd_file)
-    if sd_file is not None:
-        runner.write_targets([])  # Prometheus starts with a valid (empty) list
+    runner = PodRunner(cluster, namespace, log_dir, selector)
     runner.start()
     try:
         yield runner

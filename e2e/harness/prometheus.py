@@ -19,7 +19,7 @@ import yaml
 
 from e2e.harness.procs import free_port, kill_pid, wait_until
 from e2e.harness.testbin import testbin_dir
-from xpyd_api.names import COMPONENT_INSTANCE, LABEL_COMPONENT
+from xpyd_api.names import COMPONENT_INSTANCE, COMPONENT_ROUTER, LABEL_COMPONENT
 
 
 @dataclass
@@ -104,11 +104,9 @@ _RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label",
 _RELABEL_KEYS |= {"regex": "regex", "action": "action", "separator": "separator", "modulus": "modulus"}
 
 
-_ENGINE_PODS = {"matchLabels": {LABEL_COMPONENT: COMPONENT_INSTANCE}}
-
-
-def chart_pod_monitor() -> dict[str, Any]:
-    """The chart's PodMonitor for engine pods, as `helm template` renders it (monitoring enabled)."""
+def chart_pod_monitors() -> dict[str, dict[str, Any]]:
+    """The chart's PodMonitors as `helm template` renders them (monitoring enabled), by the component
+    (`xpyd.dev/component`: instance, router) of the pods each selects."""
     result = subprocess.run(
         [
             str(testbin_dir() / "helm"),
@@ -127,33 +125,44 @@ def chart_pod_monitor() -> dict[str, Any]:
     )
     if result.returncode != 0:
         raise RuntimeError(f"helm template failed: {result.stderr[-2000:]}")
-    monitors = [
-        d
-        for d in yaml.safe_load_all(result.stdout)
-        if d and d.get("kind") == "PodMonitor" and d["spec"]["selector"] == _ENGINE_PODS
-    ]
-    if len(monitors) != 1:
-        raise RuntimeError(f"the chart rendered {len(monitors)} PodMonitors of engine pods, expected 1")
-    return dict(monitors[0])
+    monitors = [d for d in yaml.safe_load_all(result.stdout) if d and d.get("kind") == "PodMonitor"]
+    by_component = {m["spec"]["selector"]["matchLabels"][LABEL_COMPONENT]: m for m in monitors}
+    if sorted(by_component) != sorted([COMPONENT_INSTANCE, COMPONENT_ROUTER]) or len(monitors) != 2:
+        raise RuntimeError(
+            f"the chart rendered PodMonitors of {sorted(by_component)}, expected instance+router"
+        )
+    return by_component
 
 
 def pod_monitor_scrape_config(
-    pod_monitor: dict[str, Any], sd_file: Path, interval: str = "2s"
+    pod_monitors: Sequence[dict[str, Any]], kubeconfig: Path, namespace: str, interval: str = "2s"
 ) -> dict[str, Any]:
-    """prometheus.yml scraping pods the way prometheus-operator turns `pod_monitor` into a scrape job:
-    keep pods matching its selector and container port, label `namespace`/`pod`/`container`, then the
-    monitor's own relabelings.
+    """prometheus.yml scraping `namespace`'s pods as prometheus-operator would for `pod_monitors`: one job
+    per monitor, Kubernetes pod discovery against the API server of `kubeconfig`."""
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [pod_monitor_job(m, kubeconfig, namespace) for m in pod_monitors],
+    }
 
-    The pods come from `sd_file`, which `PodRunner` keeps in Kubernetes service discovery's shape (one
-    target per container port, with the same `__meta_kubernetes_*` labels), because the Debian Prometheus
-    build the tests use has no `kubernetes_sd_configs`; the relabelling is the one a cluster would run.
-    """
+
+def pod_monitor_job(pod_monitor: dict[str, Any], kubeconfig: Path, namespace: str) -> dict[str, Any]:
+    """The scrape job prometheus-operator makes of `pod_monitor` (its single endpoint): discover the pods
+    of `namespace`, drop finished ones, keep those matching its selector and container port, label
+    `namespace`/`pod`/`container`, then the monitor's own relabelings."""
     spec = pod_monitor["spec"]
     (endpoint,) = spec["podMetricsEndpoints"]
+    finished = {
+        "source_labels": ["__meta_kubernetes_pod_phase"],
+        "regex": "(Failed|Succeeded)",
+        "action": "drop",
+    }
     keep = [
         {
-            "source_labels": [f"__meta_kubernetes_pod_label_{label_name(key)}"],
-            "regex": value,
+            "source_labels": [
+                f"__meta_kubernetes_pod_label_{label_name(key)}",
+                f"__meta_kubernetes_pod_labelpresent_{label_name(key)}",
+            ],
+            "regex": f"({value});true",
             "action": "keep",
         }
         for key, value in spec["selector"]["matchLabels"].items()
@@ -171,16 +180,12 @@ def pod_monitor_scrape_config(
         {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
     ]
     own = [{_RELABEL_KEYS[k]: v for k, v in rule.items()} for rule in endpoint.get("relabelings") or []]
+    discovery = {"role": "pod", "kubeconfig_file": str(kubeconfig), "namespaces": {"names": [namespace]}}
     return {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": [
-            {
-                "job_name": f"podMonitor/{pod_monitor['metadata']['name']}",
-                "metrics_path": endpoint.get("path", "/metrics"),
-                "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}],
-                "relabel_configs": [*keep, *standard, *own],
-            }
-        ],
+        "job_name": f"podMonitor/{namespace}/{pod_monitor['metadata']['name']}/0",
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "kubernetes_sd_configs": [discovery],
+        "relabel_configs": [finished, *keep, *standard, *own],
     }
 
 
