@@ -135,17 +135,18 @@ def chart_pod_monitors() -> dict[str, dict[str, Any]]:
 
 
 def pod_monitor_scrape_config(
-    pod_monitors: Sequence[dict[str, Any]], kubeconfig: Path, namespace: str, interval: str = "2s"
+    pod_monitors: Sequence[dict[str, Any]], kubeconfig: Path | None, namespace: str, interval: str = "2s"
 ) -> dict[str, Any]:
     """prometheus.yml scraping `namespace`'s pods as prometheus-operator would for `pod_monitors`: one job
-    per monitor, Kubernetes pod discovery against the API server of `kubeconfig`."""
+    per monitor, Kubernetes pod discovery against the API server of `kubeconfig` (None: Prometheus runs
+    in the cluster and uses its pod's service account)."""
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "scrape_configs": [pod_monitor_job(m, kubeconfig, namespace) for m in pod_monitors],
     }
 
 
-def pod_monitor_job(pod_monitor: dict[str, Any], kubeconfig: Path, namespace: str) -> dict[str, Any]:
+def pod_monitor_job(pod_monitor: dict[str, Any], kubeconfig: Path | None, namespace: str) -> dict[str, Any]:
     """The scrape job prometheus-operator makes of `pod_monitor` (its single endpoint): discover the pods
     of `namespace`, drop finished ones, keep those matching its selector and container port, label
     `namespace`/`pod`/`container`, then the monitor's own relabelings."""
@@ -180,7 +181,9 @@ def pod_monitor_job(pod_monitor: dict[str, Any], kubeconfig: Path, namespace: st
         {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
     ]
     own = [{_RELABEL_KEYS[k]: v for k, v in rule.items()} for rule in endpoint.get("relabelings") or []]
-    discovery = {"role": "pod", "kubeconfig_file": str(kubeconfig), "namespaces": {"names": [namespace]}}
+    discovery: dict[str, Any] = {"role": "pod", "namespaces": {"names": [namespace]}}
+    if kubeconfig is not None:
+        discovery["kubeconfig_file"] = str(kubeconfig)
     return {
         "job_name": f"podMonitor/{namespace}/{pod_monitor['metadata']['name']}/0",
         "metrics_path": endpoint.get("path", "/metrics"),
