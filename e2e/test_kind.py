@@ -36,13 +36,10 @@ from tests.integration.pdd import apply, get_json, instance_pods, patch_spec, ro
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.dataplane import started_process
 from e2e.harness.procs import free_port, wait_until
+from e2e.harness.prometheus import chart_pod_monitors, pod_monitor_scrape_config
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_TRANSITION,
-    COMPONENT_INSTANCE,
-    COMPONENT_ROUTER,
-    LABEL_COMPONENT,
-    LABEL_PDD,
     LABEL_ROLE,
 )
 
@@ -155,28 +152,10 @@ class Prometheus:
         return list(body["data"]["result"])
 
 
-def _prometheus_config() -> dict[str, Any]:
-    """Scrape the instance pods with the labels the chart's PodMonitor gives (namespace, pdd, role) and
-    the xpyd controller's /metrics."""
-    instances = [
-        {"source_labels": [_meta_label(LABEL_COMPONENT)], "regex": COMPONENT_INSTANCE, "action": "keep"},
-        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"},
-        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-        {"source_labels": [_meta_label(LABEL_PDD)], "target_label": "pdd"},
-        {"source_labels": [_meta_label(LABEL_ROLE)], "target_label": "role"},
-        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-    ]
-    # The chart's router PodMonitor: the router's metrics port, `pdd` and no `role` (the users' requests).
-    routers = [
-        {"source_labels": [_meta_label(LABEL_COMPONENT)], "regex": COMPONENT_ROUTER, "action": "keep"},
-        {
-            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
-            "regex": "metrics",
-            "action": "keep",
-        },
-        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-        {"source_labels": [_meta_label(LABEL_PDD)], "target_label": "pdd"},
-    ]
+def _prometheus_config(workload_namespace: str) -> dict[str, Any]:
+    """Scrape the workload namespace's instance and router pods as prometheus-operator does for the
+    chart's PodMonitors (in-cluster discovery), and the xpyd controller's /metrics."""
+    config = pod_monitor_scrape_config(list(chart_pod_monitors().values()), None, workload_namespace)
     controller = [
         {
             "source_labels": [_meta_label("app.kubernetes.io/component")],
@@ -189,29 +168,19 @@ def _prometheus_config() -> dict[str, Any]:
             "action": "keep",
         },
     ]
-    return {
-        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-        "scrape_configs": [
-            {
-                "job_name": "xpyd-instances",
-                "kubernetes_sd_configs": [{"role": "pod"}],
-                "relabel_configs": instances,
-            },
-            {
-                "job_name": "xpyd-routers",
-                "kubernetes_sd_configs": [{"role": "pod"}],
-                "relabel_configs": routers,
-            },
-            {
-                "job_name": "xpyd-controller",
-                "kubernetes_sd_configs": [{"role": "pod"}],
-                "relabel_configs": controller,
-            },
-        ],
-    }
+    config["scrape_configs"].append(
+        {
+            "job_name": "xpyd-controller",
+            "kubernetes_sd_configs": [{"role": "pod"}],
+            "relabel_configs": controller,
+        }
+    )
+    return config
 
 
-def _deploy_prometheus(cluster: LocalCluster, api: ApiProxy, namespace: str) -> Prometheus:
+def _deploy_prometheus(
+    cluster: LocalCluster, api: ApiProxy, namespace: str, workload_namespace: str
+) -> Prometheus:
     _restricted_namespace(cluster, namespace)
     labels = {"app.kubernetes.io/name": "prometheus"}
     objects: list[dict[str, Any]] = [
@@ -241,7 +210,7 @@ def _deploy_prometheus(cluster: LocalCluster, api: ApiProxy, namespace: str) -> 
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": "prometheus", "namespace": namespace},
-            "data": {"prometheus.yml": json.dumps(_prometheus_config())},
+            "data": {"prometheus.yml": json.dumps(_prometheus_config(workload_namespace))},
         },
         {
             "apiVersion": "apps/v1",
@@ -319,7 +288,7 @@ def installed(kube_cluster: LocalCluster, api_proxy: ApiProxy) -> Iterator[Insta
     suffix = uuid.uuid4().hex[:6]
     release, release_ns, workload_ns = f"x{suffix}", f"xpyd-{suffix}", f"w-{suffix}"
     _advertise_gpus(kube_cluster)
-    prometheus = _deploy_prometheus(kube_cluster, api_proxy, f"mon-{suffix}")
+    prometheus = _deploy_prometheus(kube_cluster, api_proxy, f"mon-{suffix}", workload_ns)
     _restricted_namespace(kube_cluster, release_ns)
     kube_cluster.kubectl("create", "namespace", workload_ns)
     repository, _, tag = _image(XPYD_IMAGE_ENV).rpartition(":")
