@@ -546,3 +546,63 @@ def test_measured_decode_sessions_raise_the_decode_floor(
         # Little's law: the session time the plan reports is what is on decode over the arrival rate.
         on_decode = measured["decode_running"] + measured.get("decode_waiting", 0.0)
         assert details["decode_session_seconds"] == pytest.approx(on_decode / 20.0)
+
+
+# Two request classes, as in `make demo`: short prompts with long answers, long prompts with short ones.
+CHAT, RAG = (500.0, 1000.0), (4500.0, 50.0)
+
+
+def mixed_windows(scaler: XpydPolicy, until_s: int, noise: float = 0.0) -> None:
+    """Windows every 15 s whose mix swings between the two classes (their means on the line between)."""
+    rng = np.random.default_rng(0)
+    for t in range(0, until_s, 15):
+        share = (t // 90) % 2 * 0.8 + 0.1  # 10 % or 90 % long prompts, by 90 s phase
+        isl = CHAT[0] + share * (RAG[0] - CHAT[0])
+        osl = (CHAT[1] + share * (RAG[1] - CHAT[1])) * (1 + noise * rng.standard_normal())
+        scaler.decide(observe(t, 2, 2, mean_input_tokens=isl, mean_output_tokens=osl), Limits())
+
+
+@pytest.mark.parametrize(
+    ("title", "knobs", "windows", "coupled"),
+    [
+        ("classes on a line: the window's prompt length sets the mix", {}, "swing", True),
+        ("the same with noisy answers (r² still high)", {}, "noisy", True),
+        ("switched off", {"length_coupling_r2": 0}, "swing", False),
+        ("no smoothing, no coupling", {"length_smoothing_s": 0}, "swing", False),
+        ("lengths that never moved: nothing to fit", {}, "flat", False),
+        ("answers unrelated to prompts (r² low)", {}, "unrelated", False),
+    ],
+)
+def test_a_mixture_of_two_request_classes_is_sized_for_the_windows_mix(
+    title: str, knobs: dict[str, float], windows: str, coupled: bool
+) -> None:
+    scaler = policy(**knobs)
+    if windows in ("swing", "noisy"):
+        mixed_windows(scaler, 600, noise=0.3 if windows == "noisy" else 0.0)
+    else:
+        rng = np.random.default_rng(1)
+        for t in range(0, 600, 15):
+            isl, osl = (ISL, OSL) if windows == "flat" else (rng.uniform(500, 4500), rng.uniform(50, 1000))
+            scaler.decide(observe(t, 2, 2, mean_input_tokens=isl, mean_output_tokens=osl), Limits())
+    # a window of almost only long prompts, right after a phase of long answers
+    decision = scaler.decide(observe(600, 2, 2, mean_input_tokens=4300.0, mean_output_tokens=900.0), Limits())
+    assert ("LengthsFromWindowMix" in decision.reasons) is coupled, title
+    if coupled:
+        assert decision.details["mean_input_tokens"] == 4300.0
+        assert decision.details["mean_output_tokens"] == pytest.approx(100.0, abs=60.0)  # on the line
+        assert decision.details["length_coupling_r2"] >= 0.6
+    else:
+        assert decision.details["mean_input_tokens"] != 4300.0 or knobs == {"length_smoothing_s": 0}
+        assert "length_coupling_r2" not in decision.details
+
+
+def test_the_coupled_answer_length_stays_within_the_prompt_lengths_seen() -> None:
+    """Beyond two standard deviations of the prompt lengths seen, the line is not extended."""
+    answers = []
+    for isl in (30_000.0, 60_000.0):
+        scaler = policy()
+        mixed_windows(scaler, 600)
+        decision = scaler.decide(observe(600, 2, 2, mean_input_tokens=isl, mean_output_tokens=50.0), Limits())
+        assert decision.details["mean_input_tokens"] == isl  # the prompts are sized as they are
+        answers.append(decision.details["mean_output_tokens"])
+    assert answers[0] == answers[1] >= 1.0

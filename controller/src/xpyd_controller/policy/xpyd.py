@@ -41,6 +41,11 @@ from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
+# The coupling of answer to prompt length is fitted only from this many windows' weight on, and only
+# while each length has moved by more than this share of its mean (else there is no line to fit).
+MIN_COUPLING_WINDOWS = 5.0
+MOVED_SHARE = 0.05
+COUPLING_REACH_SD = 2.0  # predict only within this many standard deviations of the prompt lengths seen
 # Model predictions copied into `Decision.details` (Plan field names).
 PREDICTIONS = (
     "prefill_load",
@@ -67,6 +72,10 @@ class XpydConfig(ScalingBehavior):
     context_quantile: float = 0.0  # > 0: size decode batches so their KV fits with this probability
     tolerance: float = 0.1  # scale down only to the size needed at demand × (1 + tolerance)
     length_smoothing_s: float = 300.0  # time constant of the moving average of lengths and hit rate
+    # r² of the windows' answer length on their prompt length (over length_smoothing_s) from which a
+    # window's prompt length sets the mix at once: its own prompt length, the answer length on the line;
+    # 0 = off (always the averaged lengths)
+    length_coupling_r2: float = 0.6
     in_flight_timeout_s: float = 600.0
     # size for the window's rate plus its damped-trend rise over this horizon (the time an instance
     # added now needs to serve); 0 = the window's rate only
@@ -87,6 +96,7 @@ class XpydConfig(ScalingBehavior):
                 "xpyd", "decode_kv_full", self.decode_kv_full, "must be 0 (off) or in [0.5, 1]"
             )
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
+        require_in("xpyd", "length_coupling_r2", self.length_coupling_r2, 0, 1)
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
         if self.latency_feedback != 0:
             require_in("xpyd", "latency_feedback", self.latency_feedback, 1)
@@ -104,6 +114,7 @@ class _Demand:
     osl_std: float
     hit_rate: float
     partial: bool  # lengths came from an earlier window: may scale up, never down
+    coupling_r2: float | None = None  # set when the window's prompt length set the lengths
 
 
 def _usable(value: float | None) -> TypeGuard[float]:
@@ -128,6 +139,58 @@ class _Smoothed:
                 old + weight * (new - old) for old, new in zip(self.value, sample, strict=True)
             )
         self._time_s = time_s
+
+
+@dataclass(frozen=True)
+class _Line:
+    """Answer length as a line in prompt length, fitted over windows."""
+
+    r2: float
+    slope: float
+    mean_isl: float
+    mean_osl: float
+    isl_sd: float
+
+    def osl_at(self, isl: float) -> float:
+        """The answer length on the line, for a prompt length inside the reach of those seen."""
+        reach = COUPLING_REACH_SD * self.isl_sd
+        inside = min(max(isl, self.mean_isl - reach), self.mean_isl + reach)
+        return max(1.0, self.mean_osl + self.slope * (inside - self.mean_isl))
+
+
+@dataclass
+class _LengthCoupling:
+    """How the windows' mean answer length moved with their mean prompt length over the last `tau_s`
+    (exponentially weighted least squares).
+
+    With two request classes (long prompts with short answers, short prompts with long answers) each
+    window's means lie on the line between the two classes' means, whatever the mix. A window's prompt
+    length, counted at arrival, says the mix at once; its answer length, counted at completion, trails
+    by a session; averaging both over minutes describes a mix of long prompts *and* long answers after
+    every swing. On the line, the window's prompt length gives both.
+    """
+
+    tau_s: float
+    _sums: tuple[float, ...] = (0.0,) * 6  # weight, Σx, Σy, Σx², Σxy, Σy²
+    _time_s: float | None = None
+
+    def update(self, time_s: float, isl: float, osl: float) -> None:
+        keep = 1.0 if self._time_s is None else math.exp(-max(time_s - self._time_s, 0.0) / self.tau_s)
+        sample = (1.0, isl, osl, isl * isl, isl * osl, osl * osl)
+        self._sums = tuple(keep * old + new for old, new in zip(self._sums, sample, strict=True))
+        self._time_s = time_s
+
+    def line(self) -> _Line | None:
+        """The fitted line; None before MIN_COUPLING_WINDOWS windows' weight or while either length
+        has moved by less than MOVED_SHARE of its mean."""
+        weight, sx, sy, sxx, sxy, syy = self._sums
+        if weight < MIN_COUPLING_WINDOWS:
+            return None
+        mx, my = sx / weight, sy / weight
+        vx, vy, cxy = sxx / weight - mx * mx, syy / weight - my * my, sxy / weight - mx * my
+        if vx <= (MOVED_SHARE * mx) ** 2 or vy <= (MOVED_SHARE * my) ** 2:
+            return None
+        return _Line(cxy * cxy / (vx * vy), cxy / vx, mx, my, math.sqrt(vx))
 
 
 @dataclass
@@ -159,6 +222,8 @@ class XpydPolicy:
         self._layers = config.layers(context.prefill_gpus_per_instance, context.decode_gpus_per_instance)
         self._guards = (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s))
         self._lengths = _Smoothed(config.length_smoothing_s)
+        coupled = config.length_coupling_r2 > 0 and config.length_smoothing_s > 0
+        self._coupling = _LengthCoupling(config.length_smoothing_s) if coupled else None
         self._converted: _Converted | None = None  # the last conversion this policy asked for
         self._forecast = RateForecast(config.forecast_horizon_s) if config.forecast_horizon_s else None
 
@@ -170,7 +235,10 @@ class XpydPolicy:
         """What to size for, or the CamelCase reason why there is nothing trustworthy to size for.
 
         The rate is the window's own (so a step is seen at once); lengths and the hit rate drift slowly
-        and are noisy in a short window, so they are smoothed over `length_smoothing_s`.
+        and are noisy in a short window, so they are smoothed over `length_smoothing_s` — unless the
+        answer length has followed the prompt length closely (r² ≥ `length_coupling_r2`): then the
+        window's prompt length and spread are used, with the answer length on the fitted line
+        (`_LengthCoupling`: a mixture of request classes is sized for the window's mix).
         """
         rate, time_s = observation.arrival_rate, observation.time_s
         if rate is None or not math.isfinite(rate) or rate < 0:
@@ -186,6 +254,16 @@ class XpydPolicy:
             hit = observation.prefix_hit_rate
             hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
             self._lengths.update(observation.time_s, (isl, osl, isl_std, osl_std, hit_rate))
+            line = None
+            if self._coupling is not None:  # the line of the windows before: one odd window draws none
+                line = self._coupling.line()
+                self._coupling.update(time_s, isl, osl)
+            if line is not None and line.r2 >= self.config.length_coupling_r2:
+                assert self._lengths.value is not None, "updated above"
+                _, _, smoothed_isl_std, osl_std, hit_rate = self._lengths.value
+                spread = isl_std if _usable(observation.p90_input_tokens) else smoothed_isl_std
+                ahead = self._ahead(time_s, rate)
+                return _Demand(ahead, rate, isl, line.osl_at(isl), spread, osl_std, hit_rate, False, line.r2)
         elif rate > 0:
             if self._lengths.value is None:
                 return "MissingRequestLengths"
@@ -266,6 +344,9 @@ class XpydPolicy:
         }
         if demand.rate > demand.measured_rate:
             reasons.append("SizedForForecastLoad")
+        if demand.coupling_r2 is not None:
+            reasons.append("LengthsFromWindowMix")
+            details["length_coupling_r2"] = demand.coupling_r2
         measured = self._measured(observation)
         for key, value in (
             ("measured_tpot_seconds", measured.step_seconds),
