@@ -8,8 +8,8 @@ oracle-window. Mean and 95 % confidence interval (Student t) over seeds, the sam
 
     .venv/bin/python benchmarks/conversion.py [--seeds 5] [--hours 4] [--jobs 1] [--write]
 
-`--write` replaces the "Role conversion" subsection at the end of the "Autoscaling policies" section
-of docs/BENCHMARKS.md.
+`--write` replaces the generated block of the "Role conversion" subsection of docs/BENCHMARKS.md
+(between its `<!-- begin/end generated: conversion.py -->` markers); the prose around it stays.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import bench_cache
 import real_dynamo
 from autoscaling import (
     METRICS,
-    SECTION,
     Outcome,
     add_seed_arguments,
     benchmark_policy,
@@ -32,12 +31,12 @@ from autoscaling import (
     run_all,
     seeds_per_policy,
 )
-from bench_docs import publish
+from bench_docs import publish_blocks
 from xpyd_controller.sim.native import run_events
 from xpyd_controller.sim.results import summarise as summarise_run
 from xpyd_controller.sim.scenarios import mix_swing
 
-SUBSECTION = "### Role conversion (`benchmarks/conversion.py`)"
+BLOCK = "conversion.py"
 SCENARIO = "mix-swing"
 # label → (policy, the deployment may convert roles)
 VARIANTS = {
@@ -88,8 +87,6 @@ def run_variant(job: tuple[str, int, float]) -> Outcome:
 def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> str:
     scenario = mix_swing(args.hours)
     lines = [
-        SUBSECTION,
-        "",
         f"Command: `{bench_cache.interpreter()} benchmarks/conversion.py {' '.join(sys.argv[1:])}` on "
         f"{platform.machine()} / Python {platform.python_version()}, {args.seeds} seeds per row "
         f"(mean ± 95 % CI), {wall:.0f} s wall"
@@ -125,7 +122,7 @@ def main() -> int:
     started = time.perf_counter()
     outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
-    return publish(SECTION, text, args.write, append=True)
+    return publish_blocks({BLOCK: text}, args.write)
 
 
 if __name__ == "__main__":

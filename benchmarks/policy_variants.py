@@ -9,8 +9,8 @@ confidence interval (Student t) over seeds, the same seeds for every variant.
 
     .venv/bin/python benchmarks/policy_variants.py [--seeds 5] [--hours 6] [--jobs 1] [--write]
 
-`--write` replaces the "xpyd policy variants" subsection at the end of the "Autoscaling policies"
-section of docs/BENCHMARKS.md.
+`--write` replaces the generated block of the "xpyd policy variants" subsection of docs/BENCHMARKS.md
+(between its `<!-- begin/end generated: policy_variants.py -->` markers); the prose around it stays.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import statistics
 import sys
 import time
 
-from autoscaling import METRICS, SECTION, Outcome, build_trace, results_table, run_all
-from bench_docs import publish
+from autoscaling import METRICS, Outcome, build_trace, results_table, run_all
+from bench_docs import publish_blocks
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy
 from xpyd_controller.sim.policies import policy_context
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import Scenario, load_scenario
 
-SUBSECTION = "### xpyd policy variants (`benchmarks/policy_variants.py`)"
+BLOCK = "policy_variants.py"
 VARIANTS: dict[str, dict[str, float]] = {
     "defaults": {},
     "context_quantile=0.99": {"context_quantile": 0.99},
@@ -83,8 +83,6 @@ def run_variant(job: tuple[str, str, int, float]) -> Outcome:
 
 def markdown(outcomes: list[Outcome], args: argparse.Namespace, wall: float) -> str:
     lines = [
-        SUBSECTION,
-        "",
         f"Command: `.venv/bin/python benchmarks/policy_variants.py {' '.join(sys.argv[1:])}` on "
         f"{platform.machine()} / Python {platform.python_version()}, {args.seeds} seeds per row "
         f"(mean ± 95 % CI), {wall:.0f} s wall.",
@@ -120,7 +118,7 @@ def main() -> int:
     started = time.perf_counter()
     outcomes = run_all(run_variant, jobs, args.jobs)
     text = markdown(outcomes, args, time.perf_counter() - started)
-    return publish(SECTION, text, args.write, append=True)
+    return publish_blocks({BLOCK: text}, args.write)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import autoscaling
+import conversion
+import policy_variants
 from bench_docs import DOCS, markers, replace_generated
 
 BLOCK = re.compile(r"<!-- begin generated: (.+?) -->\n.*?<!-- end generated: \1 -->", re.S)
@@ -52,6 +54,17 @@ def test_a_missing_doubled_or_reversed_marker_fails_naming_it(
         replace_generated({"demo": "table"}, docs)
     assert "'demo'" in str(error.value)
     assert docs.read_text() == text.format(begin=begin, end=end)  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "block",
+    [autoscaling.TABLES_BLOCK, autoscaling.HEADLINE_BLOCK, conversion.BLOCK, policy_variants.BLOCK],
+)
+def test_every_scripts_block_is_marked_once_in_the_docs(block: str) -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    begin, end = markers(block)
+    assert text.count(begin) == text.count(end) == 1
+    assert text.index(begin) < text.index(end)
 
 
 def fake_outcomes() -> list[autoscaling.Outcome]:
