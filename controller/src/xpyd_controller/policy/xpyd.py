@@ -4,10 +4,11 @@ Layers, in order: the capacity-model floor (`size_pools` with TTFT-percentile pr
 decode sizing, on the window's arrival rate and smoothed lengths) → a tolerance band on demand (scale up
 to the floor when supply is below it; scale down only to the size the model gives for demand × (1 +
 tolerance), so N−1 still meets the SLO with margin; one more instance when the measured p90 misses the
-SLO at the floor, in the pool the miss is blamed on) → stabilisation windows (fast up, slow down) →
-min/max and the GPU budget → rate limits → the in-flight guard (a pool with instances starting or
-draining holds until they finish or a timeout; starting instances count as supply) → pairing (a pool
-above its need releases instances to a pool that grows now). The policy only says how many of each role;
+SLO at the floor, in the pool the miss is blamed on; under a GPU budget, headroom for the other end
+of a mix swing seen) → stabilisation windows (fast up, slow down) → min/max and the GPU budget → rate
+limits → the in-flight guard (a pool with instances starting or draining holds until they finish or a
+timeout; starting instances count as supply; growth to the floor beyond them is let through) →
+pairing (a pool above its need releases instances to a pool that grows now). The policy only says how many of each role;
 the driver converts instances when one pool shrinks while the other grows. docs/tuning.md lists every
 knob.
 
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import TypeGuard
 
 import numpy as np
@@ -46,17 +48,13 @@ LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizin
 MIN_COUPLING_WINDOWS = 5.0
 MOVED_SHARE = 0.05
 COUPLING_REACH_SD = 2.0  # predict only within this many standard deviations of the prompt lengths seen
-# Model predictions copied into `Decision.details` (Plan field names).
-PREDICTIONS = (
-    "prefill_load",
-    "prefill_utilisation",
-    "predicted_ttft_seconds",
-    "ttft_floor_seconds",
-    "concurrency",
-    "decode_session_seconds",
-    "decode_batch_cap",
-    "decode_step_seconds",
-)
+# A window enters the fit only when both its lengths are within this share of the window before's:
+# in a swing the prompt length (counted at arrival) moves first and the answer length (at completion)
+# a session later, so a moving window pairs the new prompts with the old answers.
+STEADY_SHARE = 0.1
+# Model predictions copied into `Decision.details` (Plan field names), from prefill's and decode's plan.
+PREFILL_PREDICTIONS = ("prefill_load", "prefill_utilisation", "predicted_ttft_seconds", "ttft_floor_seconds")
+DECODE_PREDICTIONS = ("concurrency", "decode_session_seconds", "decode_batch_cap", "decode_step_seconds")
 # Reasons naming which measurement timed the decode sessions (`DecodeMeasurement`), by Plan source label.
 SESSION_REASONS = {
     "measured_tpot": "DecodeSessionsFromMeasuredTpot",
@@ -76,6 +74,13 @@ class XpydConfig(ScalingBehavior):
     # window's prompt length sets the mix at once: its own prompt length, the answer length on the line;
     # 0 = off (always the averaged lengths)
     length_coupling_r2: float = 0.6
+    # 1 = under a GPU budget, GPUs the current mix leaves unused go to the pool the other end of the
+    # mix seen over length_smoothing_s would need (a swing then finds capacity, not a drain or a cold
+    # start); 0 = off. Needs the length coupling's line (the two ends) and a budget.
+    swing_headroom: float = 1.0
+    # 1 = prefill is sized on the window's own prompt lengths (counted at arrival: the work prefill
+    # sees now), decode on the smoothed ones; 0 = both on the smoothed lengths
+    prefill_window_lengths: float = 1.0
     in_flight_timeout_s: float = 600.0
     # size for the window's rate plus its damped-trend rise over this horizon (the time an instance
     # added now needs to serve); 0 = the window's rate only
@@ -97,6 +102,9 @@ class XpydConfig(ScalingBehavior):
             )
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
         require_in("xpyd", "length_coupling_r2", self.length_coupling_r2, 0, 1)
+        for name in ("swing_headroom", "prefill_window_lengths"):
+            if getattr(self, name) not in (0, 1):
+                raise PolicyConfigError("xpyd", name, getattr(self, name), "must be 0 (off) or 1 (on)")
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
         if self.latency_feedback != 0:
             require_in("xpyd", "latency_feedback", self.latency_feedback, 1)
@@ -115,6 +123,10 @@ class _Demand:
     hit_rate: float
     partial: bool  # lengths came from an earlier window: may scale up, never down
     coupling_r2: float | None = None  # set when the window's prompt length set the lengths
+    # the (prompt, answer) lengths at both ends of the mix seen over length_smoothing_s, on the line
+    ends: tuple[tuple[float, float], ...] = ()
+    # the prompt length and spread prefill is sized on, when not `isl`/`isl_std` (the window's own)
+    prefill_isl: tuple[float, float] | None = None
 
 
 def _usable(value: float | None) -> TypeGuard[float]:
@@ -151,6 +163,11 @@ class _Line:
     mean_osl: float
     isl_sd: float
 
+    def reaches(self, isl: float) -> bool:
+        """Whether `isl` lies within the prompt lengths the line was fitted on (else it says nothing
+        about that window: a swing to a mix not seen yet)."""
+        return abs(isl - self.mean_isl) <= COUPLING_REACH_SD * self.isl_sd
+
     def osl_at(self, isl: float) -> float:
         """The answer length on the line, for a prompt length inside the reach of those seen."""
         reach = COUPLING_REACH_SD * self.isl_sd
@@ -173,12 +190,31 @@ class _LengthCoupling:
     tau_s: float
     _sums: tuple[float, ...] = (0.0,) * 6  # weight, Σx, Σy, Σx², Σxy, Σy²
     _time_s: float | None = None
+    _prompts: deque[tuple[float, float]] = field(default_factory=deque)  # (time, prompt length) over tau_s
+    _last: tuple[float, float] | None = None  # the window before's lengths
 
     def update(self, time_s: float, isl: float, osl: float) -> None:
+        """Add a window, if it is steady (`STEADY_SHARE`): in a swing only the ends are on the line."""
+        last, self._last = self._last, (isl, osl)
+        if (
+            last is None
+            or abs(isl - last[0]) > STEADY_SHARE * last[0]
+            or abs(osl - last[1]) > STEADY_SHARE * last[1]
+        ):
+            return
         keep = 1.0 if self._time_s is None else math.exp(-max(time_s - self._time_s, 0.0) / self.tau_s)
         sample = (1.0, isl, osl, isl * isl, isl * osl, osl * osl)
         self._sums = tuple(keep * old + new for old, new in zip(self._sums, sample, strict=True))
         self._time_s = time_s
+        self._prompts.append((time_s, isl))
+        while self._prompts[0][0] < time_s - self.tau_s:
+            self._prompts.popleft()
+
+    def ends(self, line: _Line) -> tuple[tuple[float, float], ...]:
+        """(prompt, answer) lengths on the line at the shortest and the longest window prompt length
+        of the last `tau_s`: the two ends the mix has swung between."""
+        prompts = [isl for _, isl in self._prompts] or [line.mean_isl]
+        return tuple((isl, line.osl_at(isl)) for isl in (min(prompts), max(prompts)))
 
     def line(self) -> _Line | None:
         """The fitted line; None before MIN_COUPLING_WINDOWS windows' weight or while either length
@@ -225,6 +261,7 @@ class XpydPolicy:
         coupled = config.length_coupling_r2 > 0 and config.length_smoothing_s > 0
         self._coupling = _LengthCoupling(config.length_smoothing_s) if coupled else None
         self._converted: _Converted | None = None  # the last conversion this policy asked for
+        self._decided = (context.initial_prefill, context.initial_decode)  # the last counts asked for
         self._forecast = RateForecast(config.forecast_horizon_s) if config.forecast_horizon_s else None
 
     def use_gpu(self, gpu: GpuSpec) -> None:
@@ -245,6 +282,7 @@ class XpydPolicy:
             return "MissingArrivalRate"
         isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
         partial = False
+        window_prompts: tuple[float, float | None] | None = None  # this window's prompt mean and sd
         if _usable(isl) and _usable(osl):
             isl_std = osl_std = 0.0
             if _usable(observation.p90_input_tokens):
@@ -254,16 +292,19 @@ class XpydPolicy:
             hit = observation.prefix_hit_rate
             hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
             self._lengths.update(observation.time_s, (isl, osl, isl_std, osl_std, hit_rate))
+            window_prompts = (isl, isl_std if _usable(observation.p90_input_tokens) else None)
             line = None
             if self._coupling is not None:  # the line of the windows before: one odd window draws none
                 line = self._coupling.line()
                 self._coupling.update(time_s, isl, osl)
-            if line is not None and line.r2 >= self.config.length_coupling_r2:
-                assert self._lengths.value is not None, "updated above"
+            if line is not None and line.r2 >= self.config.length_coupling_r2 and line.reaches(isl):
+                assert self._lengths.value is not None and self._coupling is not None, "updated above"
                 _, _, smoothed_isl_std, osl_std, hit_rate = self._lengths.value
-                spread = isl_std if _usable(observation.p90_input_tokens) else smoothed_isl_std
+                spread = isl_std if window_prompts[1] is not None else smoothed_isl_std
                 ahead = self._ahead(time_s, rate)
-                return _Demand(ahead, rate, isl, line.osl_at(isl), spread, osl_std, hit_rate, False, line.r2)
+                ends = self._coupling.ends(line)
+                osl_now = line.osl_at(isl)
+                return _Demand(ahead, rate, isl, osl_now, spread, osl_std, hit_rate, False, line.r2, ends)
         elif rate > 0:
             if self._lengths.value is None:
                 return "MissingRequestLengths"
@@ -271,7 +312,13 @@ class XpydPolicy:
         if self._lengths.value is None:  # zero traffic before any request was ever seen
             return _Demand(0.0, 0.0, 1.0, 1.0, 0.0, 0.0, hit_rate=0.0, partial=False)
         isl, osl, isl_std, osl_std, hit_rate = self._lengths.value
-        return _Demand(self._ahead(time_s, rate), rate, isl, osl, isl_std, osl_std, hit_rate, partial)
+        prefill_isl = None
+        if window_prompts is not None and self.config.prefill_window_lengths:
+            window_isl, window_std = window_prompts
+            if abs(window_isl - isl) > self.config.tolerance * isl:  # beyond the band: the mix moved
+                prefill_isl = (window_isl, isl_std if window_std is None else window_std)
+        ahead = self._ahead(time_s, rate)
+        return _Demand(ahead, rate, isl, osl, isl_std, osl_std, hit_rate, partial, prefill_isl=prefill_isl)
 
     def _ahead(self, time_s: float, rate: float) -> float:
         """The rate to size for: the window's rate plus the forecast's rise over `forecast_horizon_s`
@@ -303,20 +350,28 @@ class XpydPolicy:
             )
         return DecodeMeasurement(step_seconds=step if _usable(step) else None, sessions=sessions)
 
-    def _plan(self, demand: _Demand, measured: DecodeMeasurement) -> Plan:
-        """Plans for demand and for demand × (1 + tolerance), in one call."""
+    def _plan(self, demand: _Demand, measured: DecodeMeasurement) -> tuple[Plan, int]:
+        """Plans for demand and for demand × (1 + tolerance), in one call, and where prefill's two
+        entries start: 0, or 2 when `demand.prefill_isl` sizes prefill (two more entries at it)."""
+        rates = [demand.rate, demand.rate * (1 + self.config.tolerance)]
+        isl, isl_std = [demand.isl] * 2, [demand.isl_std] * 2
+        if demand.prefill_isl is not None:
+            rates += rates
+            isl += [demand.prefill_isl[0]] * 2
+            isl_std += [demand.prefill_isl[1]] * 2
         workload = Workload(
-            rate=np.array([demand.rate, demand.rate * (1 + self.config.tolerance)]),
-            isl=demand.isl,
+            rate=np.array(rates),
+            isl=np.array(isl),
             osl=demand.osl,
             hit_rate=demand.hit_rate,
-            isl_std=demand.isl_std,
+            isl_std=np.array(isl_std),
             osl_std=demand.osl_std,
         )
         ctx = self.context
-        return size_pools(
+        plan = size_pools(
             ctx.model, ctx.gpu, ctx.link, workload, self._slo, pools=self._pools, measured=measured
         )
+        return plan, 0 if demand.prefill_isl is None else 2
 
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
@@ -355,6 +410,7 @@ class XpydPolicy:
             if value is not None:
                 details[key] = value
         floors, down_targets, bindings = self._targets(demand, measured, details, reasons)
+        self._grow_while_in_flight(floors, supply, held, reasons)
         missed = self._blame_latency_misses(observation, decode_short=supply[1] < floors[1])
         recommended = []
         for index, role in enumerate(("Prefill", "Decode")):
@@ -372,6 +428,15 @@ class XpydPolicy:
             if index in missed and supply[index] >= floors[index] and not held[index]:
                 recommended[index] = supply[index] + 1
                 reasons.append(missed[index])
+        if not demand.partial:
+            self._swing_headroom(
+                demand,
+                recommended=recommended,
+                supply=supply,
+                limits=limits,
+                details=details,
+                reasons=reasons,
+            )
         layered = self._layers.apply(
             time_s, (supply[0], supply[1]), (recommended[0], recommended[1]), limits, (held[0], held[1])
         )
@@ -395,6 +460,7 @@ class XpydPolicy:
                 time_s, hold_s=hold_s, held=held, supply=supply, floors=floors, decided=decided, limits=limits
             )
             reasons.append(kept or released)
+        self._decided = (decided[0], decided[1])
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -402,6 +468,72 @@ class XpydPolicy:
             reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
             details=details,
         )
+
+    def _grow_while_in_flight(
+        self, floors: tuple[int, int], supply: list[int], held: list[bool], reasons: list[str]
+    ) -> None:
+        """Let a held pool grow when even what is on its way leaves it below its model floor.
+
+        The in-flight guard holds a pool while instances start or drain, so latency feedback and the
+        tolerance band do not act twice on metrics that have not seen those instances yet. Growth to the
+        model floor is different: the floor comes from the window's arrival rate and lengths, which the
+        instances on their way do not change, and they are counted (starting, and converting into the
+        pool, count as supply; so does the count last asked for, which the driver may not show yet). At
+        a swing the pool short of capacity would otherwise wait out a whole conversion drain (a decode
+        instance finishing long answers: tens of seconds) before it may ask for more (reason
+        `<Role>GrowsWhileInFlight`).
+        """
+        for index, role in enumerate(("Prefill", "Decode")):
+            on_the_way = max(supply[index], self._decided[index])
+            if held[index] and floors[index] > on_the_way:
+                supply[index], held[index] = on_the_way, False
+                reasons.append(f"{role}GrowsWhileInFlight")
+
+    def _swing_headroom(
+        self,
+        demand: _Demand,
+        *,
+        recommended: list[int],
+        supply: list[int],
+        limits: Limits,
+        details: dict[str, float],
+        reasons: list[str],
+    ) -> None:
+        """Raise a pool towards what the other end of the mix would need, with GPUs the budget leaves.
+
+        The windows' lengths lie on a line between two request classes (`_LengthCoupling`); the mix has
+        swung between its two ends (`_Demand.ends`) over `length_smoothing_s`. When it swings back, the
+        pool that end needs must grow faster than conversion (a drain of long answers) or a cold start
+        can deliver. Under a GPU budget the GPUs the current mix leaves unused cost the deployment
+        nothing it has not reserved, so they wait in that pool (reason `<Role>HeadroomForMixSwing`,
+        details `<role>_swing_floor`): the pool that needs more now is sized first, the headroom only
+        fills what the budget leaves, and it is the first thing released for conversion when the mix
+        swings. The far end is sized at today's rate, its prompt spread scaled with its length, and the
+        model's decode prediction (this window's decode measurement describes this mix, not that one).
+        """
+        budget = limits.gpu_budget
+        if not self.config.swing_headroom or budget is None or not demand.ends or demand.rate == 0:
+            return
+        far = [0, 0]
+        for isl, osl in demand.ends:
+            spread = demand.isl_std * isl / demand.isl
+            end = dataclasses.replace(demand, isl=isl, osl=osl, isl_std=spread, prefill_isl=None)
+            plan, _ = self._plan(end, DecodeMeasurement())
+            if plan.decode_feasible[0]:
+                far = [
+                    max(far[0], int(plan.prefill_instances[0])),
+                    max(far[1], int(plan.decode_instances[0])),
+                ]
+        details["prefill_swing_floor"], details["decode_swing_floor"] = float(far[0]), float(far[1])
+        gpus = (self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
+        maxima = (limits.prefill_max, limits.decode_max)
+        for pool in sorted((0, 1), key=lambda i: recommended[i] - far[i]):
+            other = 1 - pool  # the headroom never makes the other pool shrink: it only takes free GPUs
+            room = (budget - max(recommended[other], supply[other]) * gpus[other]) // gpus[pool]
+            target = min(far[pool], room, maxima[pool])
+            if target > recommended[pool]:
+                recommended[pool] = target
+                reasons.append(f"{('Prefill', 'Decode')[pool]}HeadroomForMixSwing")
 
     def _hold_converted(
         self,
@@ -452,9 +584,11 @@ class XpydPolicy:
         """Pool index → reason, for each measured p90 above `latency_feedback` × SLO (model too optimistic).
 
         A TPOT miss is decode's. A TTFT miss is prefill's unless the decode pool's KV cache is full
-        (`decode_kv_full`) or decode is below its model floor (`decode_short`): then requests wait for
-        decode admission after their prefill, and another prefill instance would only deliver them to
-        the same busy decode pool faster (decode grows to its floor already).
+        (`decode_kv_full`), decode is below its model floor (`decode_short`), or requests wait on
+        decode while prefill has no queue to speak of (`_decode_admission_waits`: a paged KV cache
+        admits new requests before its usage reaches `decode_kv_full`, then preempts): then requests
+        wait for decode admission after their prefill, and another prefill instance would only deliver
+        them to the same busy decode pool faster.
         """
         if self.config.latency_feedback == 0:
             return {}
@@ -466,9 +600,20 @@ class XpydPolicy:
                 blamed.setdefault(1, "DecodeKvFullTtftMissed")
             elif decode_short:
                 blamed.setdefault(1, "DecodeShortTtftMissed")
+            elif self._decode_admission_waits(observation):
+                blamed.setdefault(1, "DecodeWaitingTtftMissed")
             else:
                 blamed[0] = "PrefillSloMissedAboveFloor"
         return blamed
+
+    @staticmethod
+    def _decode_admission_waits(observation: Observation) -> bool:
+        """Requests wait on decode (for KV room or their KV pull) while prefill has less than one
+        request waiting per ready instance: TTFT is then spent waiting for decode, not for prefill."""
+        waiting, queue = observation.decode_waiting, observation.prefill_queue
+        if waiting is None or queue is None or not (math.isfinite(waiting) and math.isfinite(queue)):
+            return False
+        return waiting >= 1 and queue < max(observation.prefill.ready, 1)
 
     def _decode_kv_full(self, observation: Observation) -> bool:
         """Decode KV usage at `decode_kv_full` or above, over the instances that can hold KV.
@@ -499,25 +644,27 @@ class XpydPolicy:
         if demand.rate == 0:
             reasons.append("ZeroTraffic")
             return (0, 0), (0, 0), ("zero_traffic", "zero_traffic")
-        plan = self._plan(demand, measured)
-        at_floor, at_down = 0, 1
-        floors = (int(plan.prefill_instances[at_floor]), int(plan.decode_instances[at_floor]))
-        down = (int(plan.prefill_instances[at_down]), int(plan.decode_instances[at_down]))
-        for key in PREDICTIONS:
-            details[key] = float(getattr(plan, key)[at_floor])
+        plan, first = self._plan(demand, measured)
+        floors = (int(plan.prefill_instances[first]), int(plan.decode_instances[0]))
+        down = (int(plan.prefill_instances[first + 1]), int(plan.decode_instances[1]))
+        for keys, at in ((PREFILL_PREDICTIONS, first), (DECODE_PREDICTIONS, 0)):
+            for key in keys:
+                details[key] = float(getattr(plan, key)[at])
         details["predicted_tpot_seconds"] = details.pop("decode_step_seconds")
+        if demand.prefill_isl is not None:
+            details["prefill_input_tokens"] = demand.prefill_isl[0]
         details["prefill_floor"], details["decode_floor"] = float(floors[0]), float(floors[1])
         details["prefill_down_target"], details["decode_down_target"] = float(down[0]), float(down[1])
-        session_reason = SESSION_REASONS.get(str(plan.decode_session_source[at_floor]))
+        session_reason = SESSION_REASONS.get(str(plan.decode_session_source[0]))
         if session_reason:
             reasons.append(session_reason)
-        if not plan.ttft_feasible[at_floor]:
+        if not plan.ttft_feasible[first]:
             reasons.append("TtftSloBelowModelFloor")
-        if not plan.decode_feasible[at_floor]:
+        if not plan.decode_feasible[0]:
             # The decode side cannot be built (weights do not fit): never size it to 0 because of that.
             reasons.append("DecodeInfeasible")
             floors, down = (floors[0], 0), (down[0], 1 << 30)
-        return floors, down, (str(plan.prefill_binding[at_floor]), str(plan.decode_batch_bound[at_floor]))
+        return floors, down, (str(plan.prefill_binding[first]), str(plan.decode_batch_bound[0]))
 
 
 def _release_for_conversion(
