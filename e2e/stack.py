@@ -60,8 +60,9 @@ OPERATOR_SETTINGS = {
     "XPYD_ACTIVE_POLL_SECONDS": "0.5",
     "XPYD_PROBE_POD_IP": "true",
 }
-# The stand-ins' KV lease (vLLM's default is 30 s): a converting prefill instance waits it out, and the
-# demo is time-compressed. Decode pulls at once after the prefill answered, well within it.
+# The KV lease (conversion.kvLeaseSeconds, rendered into the stand-ins' args as into vLLM's; vLLM's
+# default is 30 s): a converting prefill instance waits it out, and the demo is time-compressed. Decode
+# pulls at once after the prefill answered, well within it.
 KV_LEASE_S = 10.0
 STREAM_INTERVAL = 16  # tokens per streamed chunk: fewer chunks for the client and the router to carry
 ROUTER_IMAGE = "ghcr.io/vllm-project/vllm-router:v0.1.17"  # the version measured (docs/operator.md)
@@ -131,7 +132,7 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
                 "type": "vllm",
                 "image": "xpyd-standin:dev",
                 "command": list(STANDIN_COMMAND),
-                "args": ["--stream-interval", str(STREAM_INTERVAL), "--kv-lease-seconds", f"{KV_LEASE_S:g}"],
+                "args": ["--stream-interval", str(STREAM_INTERVAL)],
                 "env": [{"name": "XPYD_STANDIN_SPEC", "value": simulate}],
             },
             "prefill": pool,

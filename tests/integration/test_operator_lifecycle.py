@@ -56,7 +56,11 @@ def test_create_runs_instances_router_and_reports_status(
         assert pod["metadata"]["ownerReferences"][0]["uid"] == pdd["metadata"]["uid"]
         args = pod["spec"]["containers"][0]["args"]
         kv_config = json.loads(args[args.index("--kv-transfer-config") + 1])
-        assert kv_config == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+        assert kv_config == {
+            "kv_connector": "NixlConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"kv_lease_duration": 30},
+        }
 
     for role in ("prefill", "decode"):
         service = get_json(kube_cluster, "service", f"web-{role}", "-n", namespace)

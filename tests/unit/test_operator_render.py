@@ -41,8 +41,23 @@ def test_vllm_kv_transfer_config(conversion: dict[str, str], role: Role, kv_role
     assert json.loads(flag(args, "--kv-transfer-config")) == {
         "kv_connector": "NixlConnector",
         "kv_role": kv_role,
+        "kv_connector_extra_config": {"kv_lease_duration": 30},
     }
     assert flag(args, "--model") == "org/model"
+
+
+@pytest.mark.parametrize(("lease", "rendered"), [(6, 6), (2.5, 2.5), (0, 0)])
+def test_nixl_engines_hold_kv_for_the_lease_the_drains_wait_out(lease: float, rendered: float) -> None:
+    spec = make_pdd(conversion={"kvLeaseSeconds": lease}).spec
+    for role in Role:
+        kv_config = json.loads(flag(render.engine_role_args(spec, role), "--kv-transfer-config"))
+        assert kv_config["kv_connector_extra_config"] == {"kv_lease_duration": rendered}
+
+
+def test_other_vllm_connectors_get_no_nixl_lease() -> None:
+    spec = make_pdd(engine={"kvConnector": "MooncakeConnector"}).spec
+    kv_config = json.loads(flag(render.engine_role_args(spec, Role.PREFILL), "--kv-transfer-config"))
+    assert "kv_connector_extra_config" not in kv_config
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xpyd_controller.sim.instance import JobKind
-from xpyd_controller.standin.__main__ import hardware_of, main
+from xpyd_controller.standin.__main__ import hardware_of, kv_lease_of, main
 from xpyd_controller.standin.server import RequestError, job_kind, prompt_token_ids
 
 
@@ -31,6 +31,18 @@ def test_the_simulated_hardware_is_the_pdds_and_bad_input_is_named() -> None:
         hardware_of("[1]", "m", 1)
     with pytest.raises(ValueError, match=r"--simulate = .*mfu"):
         hardware_of('{"hardware": {"mfu": 7}}', "m", 1)
+
+
+def test_the_kv_lease_is_read_from_the_kv_transfer_config_as_vllm_reads_it() -> None:
+    assert kv_lease_of(None) == 30.0
+    assert kv_lease_of('{"kv_connector": "NixlConnector", "kv_role": "kv_both"}') == 30.0
+    assert kv_lease_of('{"kv_connector_extra_config": {"kv_lease_duration": 6}}') == 6.0
+    with pytest.raises(
+        ValueError, match=r"--kv-transfer-config = .*kv_lease_duration = -1: must be a number >= 0"
+    ):
+        kv_lease_of('{"kv_connector_extra_config": {"kv_lease_duration": -1}}')
+    with pytest.raises(ValueError, match=r"--kv-transfer-config = '\[1\]'"):
+        kv_lease_of("[1]")
 
 
 def test_a_bad_flag_value_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:

@@ -158,6 +158,10 @@ NIXL_CONNECTOR = "NixlConnector"
 NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 NIXL_SIDE_CHANNEL_PORT = 5600
+# How long a NIXL prefill keeps a finished request's KV for decode to pull (vLLM 0.32's default 30 s;
+# decode's heartbeats, every sixth of it, keep it while the request waits at decode).
+NIXL_EXTRA_CONFIG = "kv_connector_extra_config"
+NIXL_KV_LEASE = "kv_lease_duration"
 SGLANG_DEFAULT_TRANSFER_BACKEND = "mooncake"
 
 # Flags a Degraded message explains (FLAG_PURPOSES) when an engine image rejects them.

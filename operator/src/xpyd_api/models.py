@@ -180,9 +180,9 @@ class RouterSpec(_Model):
 class ConversionSpec(_Model):
     enabled: bool = True
     drain_timeout_seconds: float = Field(default=60.0, gt=0)
-    # How long a vLLM prefill instance keeps a finished request's KV for decode to pull (NIXL's
-    # kv_connector_extra_config.kv_lease_duration, 30 s in vLLM 0.32): a prefill instance switches or
-    # goes only this long after its last request ended (within drainTimeoutSeconds).
+    # How long a vLLM prefill instance keeps a finished request's KV for decode to pull (rendered as
+    # NIXL's kv_connector_extra_config.kv_lease_duration; vLLM 0.32's default is 30 s): a prefill
+    # instance switches or goes only this long after its last request ended (within drainTimeoutSeconds).
     kv_lease_seconds: float = Field(default=30.0, ge=0, le=3600)
     switch_method: SwitchMethod = SwitchMethod.AUTO
     switch_path: str = Field(default=ROLE_SWITCH.path, pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path

@@ -2,8 +2,9 @@
 
 The flags `vllm serve` takes that matter here are read (`--model`, `--served-model-name`, `--host`,
 `--port`, `--tensor-parallel-size`, `--stream-interval`, `--shutdown-timeout`: on SIGTERM in-flight
-requests get that long to finish, 0 aborts them, as in vLLM 0.32); every other flag (`--kv-transfer-config`, ...)
-is accepted and ignored, so an instance pod's rendered args run unchanged. The simulated hardware is the
+requests get that long to finish, 0 aborts them, as in vLLM 0.32; `--kv-transfer-config`: a prefill
+keeps unpulled KV for its `kv_connector_extra_config.kv_lease_duration`, 30 s by default, as NIXL
+does); every other flag is accepted and ignored, so an instance pod's rendered args run unchanged. The simulated hardware is the
 PDDeployment's: `--simulate '{"model": {...spec.model}, "hardware": {...spec.hardware}}'` or the
 `XPYD_STANDIN_SPEC` environment variable (default: the llama-3.1-8b preset on an h100-sxm over ib-400g).
 The KV side channel's host is `VLLM_NIXL_SIDE_CHANNEL_HOST`, as for vLLM (default: the bind host, or
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
+from xpyd_api.engines import NIXL_EXTRA_CONFIG, NIXL_KV_LEASE
 from xpyd_api.errors import InputError
 from xpyd_api.models import HardwareSpec, ModelSpec
 from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
@@ -46,8 +48,22 @@ def parser() -> argparse.ArgumentParser:
         "--shutdown-timeout", type=float, default=0.0, help="seconds in-flight requests get after SIGTERM"
     )
     parse.add_argument("--simulate", default=os.environ.get(SPEC_ENV), help=f"JSON; default ${SPEC_ENV}")
-    parse.add_argument("--kv-lease-seconds", type=float, default=DEFAULT_KV_LEASE_S)
+    parse.add_argument("--kv-transfer-config", default=None, help="vLLM's JSON; its KV lease is read")
     return parse
+
+
+def kv_lease_of(kv_transfer_config: str | None) -> float:
+    """The KV lease a vLLM NIXL prefill would hold, from its `--kv-transfer-config`."""
+    if kv_transfer_config is None:
+        return DEFAULT_KV_LEASE_S
+    try:
+        config = json.loads(kv_transfer_config)
+        lease = config.get(NIXL_EXTRA_CONFIG, {}).get(NIXL_KV_LEASE, DEFAULT_KV_LEASE_S)
+        if isinstance(lease, bool) or not isinstance(lease, int | float) or lease < 0:
+            raise ValueError(f"{NIXL_KV_LEASE} = {lease!r}: must be a number >= 0")
+        return float(lease)
+    except (json.JSONDecodeError, AttributeError, ValueError) as error:
+        raise ValueError(f"--kv-transfer-config = {kv_transfer_config!r}: {error}") from None
 
 
 def hardware_of(simulate: str | None, model_name: str, gpus: int) -> Hardware:
@@ -69,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, _ignored = parser().parse_known_args(argv)
     try:
         hardware = hardware_of(args.simulate, args.model, args.tensor_parallel_size)
-        instance = SimulatedInstance(hardware, kv_lease_s=args.kv_lease_seconds)
+        instance = SimulatedInstance(hardware, kv_lease_s=kv_lease_of(args.kv_transfer_config))
         side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or (
             "localhost" if args.host == "0.0.0.0" else args.host
         )

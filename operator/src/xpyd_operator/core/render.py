@@ -15,7 +15,9 @@ from typing import Any
 from xpyd_api.engines import (
     ENGINES,
     NIXL_CONNECTOR,
+    NIXL_EXTRA_CONFIG,
     NIXL_HOST_ENV,
+    NIXL_KV_LEASE,
     NIXL_PORT_ENV,
     NIXL_SIDE_CHANNEL_PORT,
     SGLANG_DEFAULT_TRANSFER_BACKEND,
@@ -80,7 +82,8 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
     """The engine's command-line arguments for `role`, before the user's extra args.
 
     vLLM: `--kv-transfer-config` JSON with `kv_connector` and `kv_role` (kv_both when conversion is by
-    routing, since such an instance must serve either role; kv_producer/kv_consumer otherwise).
+    routing, since such an instance must serve either role; kv_producer/kv_consumer otherwise); with
+    NIXL also the KV lease the drains wait out (`conversion.kvLeaseSeconds`), so both read one value.
     SGLang: `--disaggregation-mode prefill|decode` and `--disaggregation-transfer-backend`; with the HTTP
     switch the mode is read from the role label at start, and `--enable-pd-role-switch` is set; metrics
     are switched on (`--enable-metrics --collect-tokens-histogram`), the autoscaler reads them.
@@ -97,7 +100,9 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
             kv_role = "kv_both"
         else:
             kv_role = "kv_producer" if role is Role.PREFILL else "kv_consumer"
-        kv_config = {"kv_connector": spec.vllm_connector, "kv_role": kv_role}
+        kv_config: dict[str, Any] = {"kv_connector": spec.vllm_connector, "kv_role": kv_role}
+        if _uses_nixl(spec):
+            kv_config[NIXL_EXTRA_CONFIG] = {NIXL_KV_LEASE: _whole_if_whole(spec.conversion.kv_lease_seconds)}
         args += [flags.kv_transfer_config, json.dumps(kv_config, separators=(",", ":"), sort_keys=True)]
     if flags.shutdown_timeout:
         args += [flags.shutdown_timeout, str(shutdown_timeout_seconds(spec))]
@@ -112,6 +117,11 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
     if method is SwitchMethod.HTTP and flags.role_switch:
         args.append(flags.role_switch)
     return args
+
+
+def _whole_if_whole(value: float) -> float | int:
+    """A JSON number without a fraction where it has none (vLLM reads the lease as an int)."""
+    return int(value) if value == int(value) else value
 
 
 def shutdown_timeout_seconds(spec: PDDeploymentSpec) -> int:
