@@ -239,6 +239,8 @@ class LoadResult:
     prompt_tokens: int
     ttft_p90_s: float
     ttft_mean_s: float
+    ttft_median_s: float
+    ttft_p99_s: float
     report: dict[str, Any]
 
 
@@ -645,6 +647,8 @@ def real_stack(log_dir: Path) -> Iterator[RealStack]:
             prompt_tokens=spec.prompt_tokens,
             ttft_p90_s=float(ttft.get("p90", float("nan"))),
             ttft_mean_s=float(ttft.get("mean", float("nan"))),
+            ttft_median_s=float(ttft.get("median", float("nan"))),
+            ttft_p99_s=float(ttft.get("p99", float("nan"))),
             report=report,
         )
         print(
