@@ -74,7 +74,7 @@ def test_controllers_ttft_matches_the_users_clock(real_stack: RealStack) -> None
     until the prefill's lease expires, and with a few such requests the users' p90 is a knee no
     reading of histograms places (-64 % to +17 % in 3 loads); the harness runs such a load once more,
     and if the last still had one the reading must lie between the users' median and their p99 (it
-    did in all 3; decode's leg alone falls below the median)."""
+    did in all 4 such loads measured; one leg's p90 alone did not always)."""
     load, stalled = real_stack.load, real_stack.stalled_pulls
     controller = real_stack.controller_answers["ttft_p90"]
     assert controller is not None
