@@ -158,10 +158,11 @@ NIXL_CONNECTOR = "NixlConnector"
 NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 NIXL_SIDE_CHANNEL_PORT = 5600
-# How long a NIXL prefill keeps a finished request's KV for decode to pull (vLLM 0.32's default 30 s;
-# decode's heartbeats, every sixth of it, keep it while the request waits at decode).
+# How long a NIXL prefill keeps a finished request's KV for decode to pull; decode's heartbeats, every
+# sixth of it, keep it while the request waits at decode.
 NIXL_EXTRA_CONFIG = "kv_connector_extra_config"
 NIXL_KV_LEASE = "kv_lease_duration"
+NIXL_DEFAULT_KV_LEASE_S = 30.0  # vLLM 0.32's, when kv_lease_duration is not given
 SGLANG_DEFAULT_TRANSFER_BACKEND = "mooncake"
 
 # Flags a Degraded message explains (FLAG_PURPOSES) when an engine image rejects them.

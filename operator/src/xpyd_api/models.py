@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from xpyd_api.engines import NIXL_CONNECTOR, ROLE_SWITCH, EngineType
+from xpyd_api.engines import NIXL_CONNECTOR, NIXL_DEFAULT_KV_LEASE_S, ROLE_SWITCH, EngineType
 from xpyd_api.errors import InputError
 from xpyd_api.names import Role
 
@@ -181,9 +181,9 @@ class ConversionSpec(_Model):
     enabled: bool = True
     drain_timeout_seconds: float = Field(default=60.0, gt=0)
     # How long a vLLM prefill instance keeps a finished request's KV for decode to pull (rendered as
-    # NIXL's kv_connector_extra_config.kv_lease_duration; vLLM 0.32's default is 30 s): a prefill
+    # NIXL's kv_connector_extra_config.kv_lease_duration; vLLM's own default by default): a prefill
     # instance switches or goes only this long after its last request ended (within drainTimeoutSeconds).
-    kv_lease_seconds: float = Field(default=30.0, ge=0, le=3600)
+    kv_lease_seconds: float = Field(default=NIXL_DEFAULT_KV_LEASE_S, ge=0, le=3600)
     switch_method: SwitchMethod = SwitchMethod.AUTO
     switch_path: str = Field(default=ROLE_SWITCH.path, pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path
 

@@ -23,13 +23,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from xpyd_api.engines import NIXL_DEFAULT_KV_LEASE_S
 from xpyd_api.errors import InputError
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.sim.config import Hardware
 from xpyd_controller.sim.exposition import EngineSeries, render
 
 KV_BLOCK_TOKENS = 16  # vLLM's default block size
-DEFAULT_KV_LEASE_S = 30.0  # how long a prefill keeps KV blocks nobody pulled (NIXL's lease)
 
 
 class InstanceError(InputError):
@@ -83,7 +83,7 @@ class SimulatedInstance:
     """One instance's queues, batch, KV cache and series; every method takes the current time."""
 
     hardware: Hardware
-    kv_lease_s: float = DEFAULT_KV_LEASE_S
+    kv_lease_s: float = NIXL_DEFAULT_KV_LEASE_S  # how long a prefill keeps KV blocks nobody pulled
     series: EngineSeries = field(default_factory=EngineSeries)
     _prefill_queue: deque[Job] = field(default_factory=deque)
     _prefilling: Job | None = None

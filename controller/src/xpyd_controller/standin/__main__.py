@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
-from xpyd_api.engines import NIXL_EXTRA_CONFIG, NIXL_KV_LEASE
+from xpyd_api.engines import NIXL_DEFAULT_KV_LEASE_S, NIXL_EXTRA_CONFIG, NIXL_KV_LEASE
 from xpyd_api.errors import InputError
 from xpyd_api.models import HardwareSpec, ModelSpec
 from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
 from xpyd_controller.sim.config import Hardware
-from xpyd_controller.sim.instance import DEFAULT_KV_LEASE_S, SimulatedInstance
+from xpyd_controller.sim.instance import SimulatedInstance
 from xpyd_controller.standin.server import StandinEngine
 
 SPEC_ENV = "XPYD_STANDIN_SPEC"
@@ -55,10 +55,10 @@ def parser() -> argparse.ArgumentParser:
 def kv_lease_of(kv_transfer_config: str | None) -> float:
     """The KV lease a vLLM NIXL prefill would hold, from its `--kv-transfer-config`."""
     if kv_transfer_config is None:
-        return DEFAULT_KV_LEASE_S
+        return NIXL_DEFAULT_KV_LEASE_S
     try:
         config = json.loads(kv_transfer_config)
-        lease = config.get(NIXL_EXTRA_CONFIG, {}).get(NIXL_KV_LEASE, DEFAULT_KV_LEASE_S)
+        lease = config.get(NIXL_EXTRA_CONFIG, {}).get(NIXL_KV_LEASE, NIXL_DEFAULT_KV_LEASE_S)
         if isinstance(lease, bool) or not isinstance(lease, int | float) or lease < 0:
             raise ValueError(f"{NIXL_KV_LEASE} = {lease!r}: must be a number >= 0")
         return float(lease)
