@@ -21,7 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from e2e.harness.vllm_engine import vllm_env_dir  # noqa: E402
-from e2e.harness.vllm_stack import LoadSpec, RealStack, metric_sum, real_stack, run_inference_perf  # noqa: E402
+from e2e.harness.vllm_stack import (  # noqa: E402
+    KV_LEASE_S,
+    LoadSpec,
+    RealStack,
+    metric_sum,
+    real_stack,
+    run_inference_perf,
+)
 
 from bench_docs import publish  # noqa: E402
 
@@ -60,6 +67,8 @@ def main() -> int:
         xfer_s, xfer_bytes = transfer(stack)
         controller = stack.controller_answers["ttft_p90"]
         legs = stack.ttft_legs
+        users = stack.load
+        stalls = stack.stalled_pulls
     load = os.getloadavg()[0]
     lines = [
         SECTION,
@@ -71,7 +80,10 @@ def main() -> int:
         f"vLLM CPU 0.32.0, the tiny random Llama of hack/vllm-env, {spec.requests} streaming requests of "
         f"{spec.prompt_tokens} prompt + {spec.output_tokens} output tokens at concurrency {spec.concurrency} "
         "(inference-perf 0.7.0); the same load through vllm-router 0.1.17 (1 prefill + 1 decode, KV over "
-        "NIXL) and straight to one engine.",
+        f"NIXL, the engines' KV lease {KV_LEASE_S:g} s from the PDDeployment's conversion.kvLeaseSeconds) and "
+        "straight to one engine. A load in which a NIXL pull stalled until the prefill's lease expired "
+        "(vLLM 0.32 on CPU, docs/controller.md) is run once more, as in the test; the figures are the last "
+        "load's.",
         "",
         "| figure | value |",
         "|---|---|",
@@ -83,7 +95,9 @@ def main() -> int:
             f"| CPU of the {role} engine, idle / under load (cores) | {cores['idle']:.2f} / {cores['load']:.2f} |"
         )
     lines += [
-        f"| TTFT through the router, p50 / p90 (users' clock) | {routed['p50'] * 1000:.0f} / {routed['p90'] * 1000:.0f} ms |",
+        f"| NIXL pulls stalled until the lease expired, per load | {', '.join(map(str, stalls))} |",
+        f"| TTFT through the router, p50 / p90 / p99 (users' clock) | {routed['p50'] * 1000:.0f} / "
+        f"{routed['p90'] * 1000:.0f} / {users.ttft_p99_s * 1000:.0f} ms |",
         f"| TTFT direct to one engine, p50 / p90 | {direct['p50'] * 1000:.0f} / {direct['p90'] * 1000:.0f} ms |",
         f"| the controller's TTFT p90 under vllm-router (prefill's and decode's TTFT as two legs + the "
         f"router's mean time outside prefill's clock, Prometheus) | "
@@ -94,7 +108,10 @@ def main() -> int:
         f"| KV transfer (vllm:nixl_xfer_time_seconds), mean per request | {xfer_s * 1000:.1f} ms for "
         f"{xfer_bytes / 1024:.0f} KiB |",
         "",
-        "The machine was shared with other builds and tests (1-min load average 20-30 on 2 cores): the latencies are CPU starvation, not the model (one engine alone on a quiet core decodes at ~80 tok/s, see the real-data-plane note); the comparisons within the run hold. An idle NIXL worker busy-polls (0.45-0.53 of a core in a run without nice; less when a loaded machine gives it less).",
+        "On a shared machine the latencies are mostly CPU starvation and the stalls, not the model (one "
+        "engine alone on a quiet core decodes at ~80 tok/s, see the real-data-plane note); the comparisons "
+        "within the run hold. An idle NIXL worker busy-polls (nixl's Python API sets no progress-thread "
+        "delay): 0.45-0.53 of a core in a run without nice, less when a loaded machine gives it less.",
         "",
         "Environment (`hack/vllm-env`, cached in ~/.cache/xpyd/vllm-cpu-…): cold 5 min 48 s with an empty "
         "download cache (vLLM venv 6.2 GB incl. CUDA torch and nvidia wheels, inference-perf venv 0.5 GB, "
