@@ -38,6 +38,29 @@ def test_stabilizer_zero_up_window(
     assert [stabilizer.apply(*step) for step in steps] == expected
 
 
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        # past the first window, a falling load scales in to the recommendation at once
+        (
+            [(0, 8, 8), (301, 8, 8), (316, 8, 6, True), (331, 6, 7, True)],
+            [(8, ""), (8, ""), (6, ""), (7, "")],
+        ),
+        # the same recommendations without the fall wait out the window
+        ([(0, 8, 8), (301, 8, 8), (316, 8, 6, False)], [(8, ""), (8, ""), (8, "ScaleDownStabilized")]),
+        # the fleet found at the first call still holds for its window, falling or not
+        ([(0, 8, 8), (15, 8, 4, True)], [(8, ""), (8, "ScaleDownStabilized")]),
+    ],
+)
+def test_stabilizer_skips_the_down_window_on_a_falling_load(
+    steps: list[tuple[float, int, int] | tuple[float, int, int, bool]], expected: list[tuple[int, str]]
+) -> None:
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    assert [
+        stabilizer.apply(*step[:3], falling=len(step) > 3 and bool(step[3])) for step in steps
+    ] == expected
+
+
 def test_stabilizer_up_window_needs_a_sustained_rise() -> None:
     stabilizer = Stabilizer(up_window_s=60.0, down_window_s=300.0)
     assert stabilizer.apply(0, 4, 4) == (4, "")

@@ -22,7 +22,9 @@ class Stabilizer:
     the *largest* of the last `down_window_s`. Short up window = fast up; long down window = slow down.
 
     The count found at the first call counts as a recommendation for the down window, so a (re)started
-    policy never scales in before it has watched a full window.
+    policy never scales in before it has watched a full window. On a `falling` load the down window is
+    skipped (the larger recommendations of the window describe a load that has gone and, by the
+    forecast, does not come back within it); the first count still holds for its window.
     """
 
     up_window_s: float
@@ -30,7 +32,9 @@ class Stabilizer:
     _history: deque[tuple[float, int]] = field(default_factory=deque)
     _first: tuple[float, int] | None = None
 
-    def apply(self, time_s: float, current: int, recommended: int) -> tuple[int, str]:
+    def apply(
+        self, time_s: float, current: int, recommended: int, *, falling: bool = False
+    ) -> tuple[int, str]:
         if self._first is None:
             self._first = (time_s, current)
         self._history.append((time_s, recommended))
@@ -38,7 +42,8 @@ class Stabilizer:
         while self._history and self._history[0][0] < horizon:
             self._history.popleft()
         up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
-        down_candidates = [count for t, count in self._history if t >= time_s - self.down_window_s]
+        down_since = time_s if falling else time_s - self.down_window_s
+        down_candidates = [count for t, count in self._history if t >= down_since]
         if time_s - self._first[0] < self.down_window_s:
             down_candidates.append(self._first[1])
         down = max(down_candidates)
@@ -209,14 +214,17 @@ class ScalingLayers:
         recommended: tuple[int, int],
         limits: Limits,
         held: tuple[bool, bool] = (False, False),
+        *,
+        falling: bool = False,
     ) -> Layered:
-        """`current` is each pool's expected supply; a `held` pool keeps it (in-flight guard)."""
+        """`current` is each pool's expected supply; a `held` pool keeps it (in-flight guard); on a
+        `falling` load scale-ins skip the down window (`Stabilizer`)."""
         reasons: list[str] = []
         stable = []
         for role, stabilizer, now, asked in zip(
             self.ROLES, self._stabilizers, current, recommended, strict=True
         ):
-            count, why = stabilizer.apply(time_s, now, asked)
+            count, why = stabilizer.apply(time_s, now, asked, falling=falling)
             stable.append(count)
             reasons.append(why and role + why)
         bounded = clamp(stable[0], stable[1], limits, self.prefill_gpus, self.decode_gpus)
