@@ -297,7 +297,10 @@ def test_a_single_long_prompt_window_moves_prefill_but_not_the_smoothed_lengths(
     assert window_off.decide(spike, Limits()).prefill == x
     followed = smoothed.decide(spike, Limits())
     jumped = raw.decide(spike, Limits())
-    assert followed.prefill == jumped.prefill is not None and followed.prefill > x
+    assert jumped.prefill is not None and followed.prefill is not None and jumped.prefill > x
+    # the window rose by half in one interval of a window twice as long: its newest half had twice the rise
+    assert followed.details["prefill_input_tokens"] == pytest.approx(ISL * 2)
+    assert "PrefillOnNewestPrompts" in followed.reasons and followed.prefill > jumped.prefill
     assert followed.details["mean_input_tokens"] < ISL * 1.1 < jumped.details["mean_input_tokens"]
 
 
@@ -655,7 +658,7 @@ def test_a_window_beyond_the_prompt_lengths_seen_is_not_sized_on_the_line() -> N
         observe(600, 2, 2, mean_input_tokens=30_000.0, mean_output_tokens=50.0), Limits()
     )
     assert "LengthsFromWindowMix" not in decision.reasons
-    assert decision.details["prefill_input_tokens"] == 30_000.0
+    assert decision.details["prefill_input_tokens"] >= 30_000.0  # the newest arrivals' (see below)
     assert decision.details["mean_input_tokens"] < 5_000.0
 
 
@@ -668,7 +671,9 @@ def test_prefill_is_sized_on_the_windows_prompt_length_once_it_leaves_the_band()
     inside = scaler.decide(observe(300, 2, 2, mean_input_tokens=1050.0, mean_output_tokens=OSL), Limits())
     assert "prefill_input_tokens" not in inside.details
     swung = scaler.decide(observe(315, 2, 2, mean_input_tokens=4000.0, mean_output_tokens=OSL), Limits())
-    assert swung.details["prefill_input_tokens"] == 4000.0
+    # the window (30 s) moved 2950 tokens in one 15 s interval: the newest 15 s had twice that rise
+    assert swung.details["prefill_input_tokens"] == pytest.approx(1050.0 + 2 * 2950.0)
+    assert "PrefillOnNewestPrompts" in swung.reasons
     assert swung.details["mean_input_tokens"] < 1500.0  # decode still on the smoothed lengths
     off = policy(prefill_window_lengths=0)
     for t in range(0, 300, 15):
@@ -676,6 +681,9 @@ def test_prefill_is_sized_on_the_windows_prompt_length_once_it_leaves_the_band()
     same = off.decide(observe(315, 2, 2, mean_input_tokens=4000.0, mean_output_tokens=OSL), Limits())
     assert "prefill_input_tokens" not in same.details
     assert swung.details["prefill_floor"] > same.details["prefill_floor"]
+    steady = scaler.decide(observe(330, 2, 2, mean_input_tokens=4000.0, mean_output_tokens=OSL), Limits())
+    assert steady.details["prefill_input_tokens"] == 4000.0  # the window stopped moving: its own length
+    assert "PrefillOnNewestPrompts" not in steady.reasons
 
 
 def test_under_a_budget_spare_gpus_wait_in_the_pool_the_other_end_of_the_mix_needs() -> None:
@@ -697,3 +705,86 @@ def test_under_a_budget_spare_gpus_wait_in_the_pool_the_other_end_of_the_mix_nee
         observe(615, 2, 2, mean_input_tokens=600.0, mean_output_tokens=900.0), Limits()
     )
     assert not any("HeadroomForMixSwing" in reason for reason in unbounded.reasons)  # no budget, no headroom
+
+
+@pytest.mark.parametrize(("budget", "held"), [(800, True), (None, False)])
+def test_after_a_swing_to_long_prompts_decode_is_sized_on_the_requests_it_holds_under_a_budget(
+    budget: int | None, held: bool
+) -> None:
+    """The averaged answer length still describes the mix before; what decode must hold is what it
+    holds. Only under a GPU budget, where the old mix's decode would take prefill's GPUs."""
+    limits = Limits(prefill_max=400, decode_max=400, gpu_budget=budget)
+    scaler = policy()
+    for t in range(0, 300, 15):
+        scaler.decide(
+            observe(t, 2, 2, mean_input_tokens=1000.0, mean_output_tokens=3000.0, decode_running=40.0), limits
+        )
+    swung = observe(300, 2, 2, mean_input_tokens=4000.0, mean_output_tokens=3000.0, decode_running=2.0)
+    decision = scaler.decide(swung, limits)
+    assert ("DecodeSizedOnHeldRequests" in decision.reasons) is held
+    if held:
+        assert decision.details["decode_floor"] == decision.details["decode_held_floor"] == 1.0
+    else:
+        assert decision.details["decode_floor"] > 2 and "decode_held_floor" not in decision.details
+
+
+@pytest.mark.parametrize(("isl", "capped"), [(2500.0, True), (CHAT[0], False)])
+def test_a_window_between_the_mix_ends_needs_no_more_decode_than_the_more_demanding_end(
+    isl: float, capped: bool
+) -> None:
+    scaler = policy()
+    mixed_windows(scaler, 600)
+    window = observe(600, 2, 2, mean_input_tokens=isl, mean_output_tokens=600.0, arrival_rate=100.0)
+    decision = scaler.decide(window, Limits(prefill_max=400, decode_max=400, gpu_budget=800))
+    assert ("DecodeFloorWithinMixEnds" in decision.reasons) is capped
+    if capped:
+        assert decision.details["decode_floor"] == decision.details["decode_ends_floor"]
+        assert decision.details["decode_floor"] <= decision.details["decode_swing_floor"]
+
+
+def test_a_ttft_miss_with_decode_waiting_behind_a_lightly_loaded_prefill_queue_is_decodes() -> None:
+    """A prefill instance holds each finished prompt's KV until decode pulls it: with decode full, a
+    prefill queue builds that another prefill instance would not clear."""
+    x, y = floor(20.0)
+    observation = observe(
+        0, 3 * x, y, ttft_p90_s=0.9, decode_kv_usage=0.6, decode_waiting=6.0, prefill_queue=40.0
+    )
+    decision = policy().decide(observation, Limits())
+    assert decision.decode == y + 1 and "DecodeWaitingTtftMissed" in decision.reasons
+    assert "PrefillSloMissedAboveFloor" not in decision.reasons
+
+
+def test_a_pool_grows_by_cold_start_when_cold_starts_were_measured_faster_than_conversions() -> None:
+    """Each growth is timed from the decision to the pass whose ready count reaches it."""
+    x, y = floor(20.0)
+    limits = Limits(prefill_max=40, decode_max=40, gpu_budget=80)
+    measured, always_pair = policy(), policy(measured_growth=0)
+    for scaler in (measured, always_pair):
+        first = scaler.decide(observe(0, x - 2, y + 3), limits)  # paired: prefill takes two of decode's
+        assert "DecodeReleasedForConversion" in first.reasons
+        scaler.decide(observe(30, x, y + 1), limits)  # the conversion served after 30 s
+        grown = scaler.decide(observe(45, x, y + 1, arrival_rate=40.0), limits)  # both grow: cold starts
+        assert grown.prefill is not None and grown.decode is not None and grown.prefill > x
+        scaler.decide(observe(50, grown.prefill, grown.decode, arrival_rate=40.0), limits)  # after 5 s
+        later = scaler.decide(observe(400, x - 2, y + 3), limits)
+        if scaler is measured:
+            assert later.details["measured_cold_start_seconds"] == 5.0
+            assert later.details["measured_conversion_seconds"] == 30.0
+            # decode's surplus leaves on its own schedule (one per down period), not by conversion
+            assert "PrefillGrowsByColdStart" in later.reasons and later.decode == y + 2
+        else:
+            assert "DecodeReleasedForConversion" in later.reasons and later.decode == y  # converted
+
+
+def test_a_ttft_miss_within_a_window_of_decodes_misses_is_nobodys() -> None:
+    """The window's p90 still holds the first tokens that waited on decode: prefill does not grow for
+    them; one window later a miss is prefill's again."""
+    x, y = floor(20.0)
+    scaler = policy()
+    waited = observe(0, x, y, ttft_p90_s=0.9, decode_kv_usage=0.6, decode_waiting=6.0, prefill_queue=0.0)
+    assert "DecodeWaitingTtftMissed" in scaler.decide(waited, Limits()).reasons
+    caught_up = {"ttft_p90_s": 0.9, "decode_kv_usage": 0.6, "decode_waiting": 0.0, "prefill_queue": 0.0}
+    stale = scaler.decide(observe(15, x, y + 1, **caught_up), Limits())
+    assert "TtftMissesOfDecodeInWindow" in stale.reasons and stale.prefill == x
+    fresh = scaler.decide(observe(45, x, y + 1, **caught_up), Limits())  # one 30 s window later
+    assert "PrefillSloMissedAboveFloor" in fresh.reasons and fresh.prefill == x + 1

@@ -8,7 +8,8 @@ SLO at the floor, in the pool the miss is blamed on; under a GPU budget, headroo
 of a mix swing seen) → stabilisation windows (fast up, slow down) → min/max and the GPU budget → rate
 limits → the in-flight guard (a pool with instances starting or draining holds until they finish or a
 timeout; starting instances count as supply; growth to the floor beyond them is let through) →
-pairing (a pool above its need releases instances to a pool that grows now). The policy only says how many of each role;
+pairing (a pool above its need releases instances to a pool that grows now, unless cold starts were measured
+to serve sooner than conversions and the budget has room). The policy only says how many of each role;
 the driver converts instances when one pool shrinks while the other grows. docs/tuning.md lists every
 knob.
 
@@ -42,6 +43,7 @@ from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
 from xpyd_controller.policy.forecast import RateForecast
 from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, enforce_limits, require_in
+from xpyd_controller.policy.lead_times import COLD_START, CONVERSION, LeadTimes
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
@@ -58,6 +60,9 @@ STEADY_SHARE = 0.1
 # On a falling load a scale-in keeps this many times the rate's scatter around the forecast to spare
 # (when less than the tolerance band): a window reads that far above the trend about once in forty.
 FALLING_MARGIN_SCATTERS = 2.0
+# Below this utilisation (model load over instances) prefill's queue under requests waiting on decode
+# is decode's back-pressure, not prefill's shortage.
+BUSY_SHARE = 0.5
 # Model predictions copied into `Decision.details` (Plan field names), from prefill's and decode's plan.
 PREFILL_PREDICTIONS = ("prefill_load", "prefill_utilisation", "predicted_ttft_seconds", "ttft_floor_seconds")
 DECODE_PREDICTIONS = ("concurrency", "decode_session_seconds", "decode_batch_cap", "decode_step_seconds")
@@ -87,6 +92,9 @@ class XpydConfig(ScalingBehavior):
     # 1 = prefill is sized on the window's own prompt lengths (counted at arrival: the work prefill
     # sees now), decode on the smoothed ones; 0 = both on the smoothed lengths
     prefill_window_lengths: float = 1.0
+    # 1 = a pool grows by cold starts, not by converting the other pool's surplus, while the GPU budget
+    # has room and cold starts have been measured to serve sooner than conversions; 0 = always pair
+    measured_growth: float = 1.0
     in_flight_timeout_s: float = 600.0
     # size for the window's rate plus its damped-trend rise over this horizon (the time an instance
     # added now needs to serve); 0 = the window's rate only
@@ -111,7 +119,7 @@ class XpydConfig(ScalingBehavior):
             )
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
         require_in("xpyd", "length_coupling_r2", self.length_coupling_r2, 0, 1)
-        for name in ("swing_headroom", "prefill_window_lengths"):
+        for name in ("swing_headroom", "prefill_window_lengths", "measured_growth"):
             if getattr(self, name) not in (0, 1):
                 raise PolicyConfigError("xpyd", name, getattr(self, name), "must be 0 (off) or 1 (on)")
         require_in("xpyd", "in_flight_timeout_s", self.in_flight_timeout_s, 0, open_low=True)
@@ -142,6 +150,7 @@ class _Demand:
     ends: tuple[tuple[float, float], ...] = ()
     # the prompt length and spread prefill is sized on, when not `isl`/`isl_std` (the window's own)
     prefill_isl: tuple[float, float] | None = None
+    newest: bool = False  # prefill_isl is the newest arrivals' prompt length (`_newest_prompts`)
     falling: _Falling | None = None  # set while the load forecast falls beyond the rate's scatter
 
 
@@ -287,6 +296,11 @@ class XpydPolicy:
         self._converted: _Converted | None = None  # the last conversion this policy asked for
         self._decided = (context.initial_prefill, context.initial_decode)  # the last counts asked for
         self._forecast = RateForecast(config.forecast_horizon_s) if config.forecast_horizon_s else None
+        self._lead_times = LeadTimes(config.in_flight_timeout_s)
+        self._last_prompts: tuple[float, float] | None = None
+        self._decode_ttft_blamed_s: float | None = (
+            None  # when a TTFT miss was last decode's  # (time, the window's mean prompt length)
+        )
 
     def use_gpu(self, gpu: GpuSpec) -> None:
         """Size with these efficiencies from the next decision on; every window and guard is kept."""
@@ -307,6 +321,7 @@ class XpydPolicy:
         isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
         partial = False
         window_prompts: tuple[float, float | None] | None = None  # this window's prompt mean and sd
+        newest: float | None = None  # the newest arrivals' prompt length, when longer (_newest_prompts)
         if _usable(isl) and _usable(osl):
             isl_std = osl_std = 0.0
             if _usable(observation.p90_input_tokens):
@@ -317,6 +332,7 @@ class XpydPolicy:
             hit_rate = min(max(hit, 0.0), 0.99) if hit is not None and math.isfinite(hit) else 0.0
             self._lengths.update(observation.time_s, (isl, osl, isl_std, osl_std, hit_rate))
             window_prompts = (isl, isl_std if _usable(observation.p90_input_tokens) else None)
+            newest = self._newest_prompts(observation, isl)
             line = None
             if self._coupling is not None:  # the line of the windows before: one odd window draws none
                 line = self._coupling.line()
@@ -328,6 +344,7 @@ class XpydPolicy:
                 ahead, falling = self._ahead(time_s, rate)
                 ends = self._coupling.ends(line)
                 osl_now = line.osl_at(isl)
+                newer = (newest, spread) if newest is not None else None
                 return _Demand(
                     ahead,
                     rate,
@@ -340,6 +357,8 @@ class XpydPolicy:
                     line.r2,
                     ends,
                     falling=falling,
+                    prefill_isl=newer,
+                    newest=newer is not None,
                 )
         elif rate > 0:
             if self._lengths.value is None:
@@ -351,9 +370,11 @@ class XpydPolicy:
         prefill_isl = None
         if window_prompts is not None and self.config.prefill_window_lengths:
             window_isl, window_std = window_prompts
+            window_isl = window_isl if newest is None else newest
             if abs(window_isl - isl) > self.config.tolerance * isl:  # beyond the band: the mix moved
                 prefill_isl = (window_isl, isl_std if window_std is None else window_std)
         ahead, falling = self._ahead(time_s, rate)
+        on_newest = prefill_isl is not None and newest is not None
         return _Demand(
             ahead,
             rate,
@@ -365,7 +386,35 @@ class XpydPolicy:
             partial,
             prefill_isl=prefill_isl,
             falling=falling,
+            newest=on_newest,
         )
+
+    def _newest_prompts(self, observation: Observation, isl: float) -> float | None:
+        """The mean prompt length of the requests that arrived since the last window, when longer than
+        the window's by more than `tolerance` (else None).
+
+        The window's mean is a sliding mean over `window_s`: when the mix swings to longer prompts it
+        shows a quarter of the swing one interval in (20 s window, 5 s interval) while the prefill
+        queue already grows with the whole. The difference between two windows is the slice that
+        entered less the slice that left; taking the slice that left at the earlier window's mean, the
+        newest slice's mean is the earlier mean plus the difference × window / interval. Only once
+        the window itself is above the `tolerance` band around the averaged prompt length (the
+        difference of two windows is noisy: a fourfold of each slice's noise), and only longer
+        prompts count (the work prefill must meet now; a swing to shorter prompts is met by the
+        window as before, on the way down): reason `PrefillOnNewestPrompts`, the length in details
+        `prefill_input_tokens`.
+        """
+        last, self._last_prompts = self._last_prompts, (observation.time_s, isl)
+        averaged = self._lengths.value[0] if self._lengths.value is not None else isl
+        if last is None or not self.config.prefill_window_lengths:
+            return None
+        if isl <= averaged * (1 + self.config.tolerance):  # the window itself has not left the band
+            return None
+        since = observation.time_s - last[0]
+        if not 0 < since < observation.window_s:
+            return None
+        newest = last[1] + (isl - last[1]) * observation.window_s / since
+        return newest if newest > isl * (1 + self.config.tolerance) else None
 
     def _ahead(self, time_s: float, rate: float) -> tuple[float, _Falling | None]:
         """The rate to size for, and whether the load is falling.
@@ -439,6 +488,7 @@ class XpydPolicy:
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
         time_s = observation.time_s
+        self._lead_times.observe(time_s, (observation.prefill.ready, observation.decode.ready))
         supply, held, reasons = [], [], []
         for role, guard, pool in (
             ("Prefill", self._guards[0], observation.prefill),
@@ -465,6 +515,8 @@ class XpydPolicy:
         if demand.falling is not None:
             reasons.append("LoadFalling")
             details["forecast_fall"], details["rate_scatter"] = demand.falling.fall, demand.falling.scatter
+        if demand.newest:
+            reasons.append("PrefillOnNewestPrompts")
         if demand.coupling_r2 is not None:
             reasons.append("LengthsFromWindowMix")
             details["length_coupling_r2"] = demand.coupling_r2
@@ -476,8 +528,21 @@ class XpydPolicy:
             if value is not None:
                 details[key] = value
         floors, down_targets, bindings = self._targets(demand, measured, details, reasons)
+        floors = self._decode_within_ends(demand, floors, details, reasons)
+        if limits.gpu_budget is not None:
+            floors, down_targets = self._decode_on_held_sessions(
+                demand,
+                measured=measured,
+                floors=floors,
+                down_targets=down_targets,
+                details=details,
+                reasons=reasons,
+            )
         self._grow_while_in_flight(floors, supply, held, reasons)
-        missed = self._blame_latency_misses(observation, decode_short=supply[1] < floors[1])
+        prefill_busy = details.get("prefill_load", 0.0) / max(supply[0], 1)
+        missed = self._blame_latency_misses(
+            observation, decode_short=supply[1] < floors[1], prefill_busy=prefill_busy, reasons=reasons
+        )
         recommended = []
         for index, role in enumerate(("Prefill", "Decode")):
             if supply[index] < floors[index]:
@@ -525,13 +590,24 @@ class XpydPolicy:
                 max(0, min(want, high) - got) if layered.bound == "gpu_budget" and not hold else 0
                 for want, high, got, hold in zip(recommended, maxima, decided, held, strict=True)
             ]
-            released = _release_for_conversion(supply, keep, decided, held, limits, denied=denied)
+            lead = self._lead_times.seconds
+            for kind, key in (
+                (COLD_START, "measured_cold_start_seconds"),
+                (CONVERSION, "measured_conversion_seconds"),
+            ):
+                if kind in lead:
+                    details[key] = lead[kind]
+            cold = bool(self.config.measured_growth) and self._lead_times.cold_start_faster()
+            released = _release_for_conversion(
+                supply, keep, decided, held, limits, denied=denied, cold_start_faster=cold
+            )
             hold_s = max(self.config.down_window_s, observation.window_s)
             kept = self._hold_converted(
                 time_s, hold_s=hold_s, held=held, supply=supply, floors=floors, decided=decided, limits=limits
             )
             reasons.append(kept or released)
         self._decided = (decided[0], decided[1])
+        self._lead_times.asked(time_s, (supply[0], supply[1]), self._decided)
         return Decision(
             prefill=decided[0],
             decode=decided[1],
@@ -539,6 +615,44 @@ class XpydPolicy:
             reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
             details=details,
         )
+
+    def _decode_on_held_sessions(
+        self,
+        demand: _Demand,
+        *,
+        measured: DecodeMeasurement,
+        floors: tuple[int, int],
+        down_targets: tuple[int, int],
+        details: dict[str, float],
+        reasons: list[str],
+    ) -> tuple[tuple[int, int], tuple[int, int]]:
+        """After a swing to longer prompts, decode's floor from the requests it holds, if fewer.
+
+        Prefill then sizes on the window's prompt length (beyond the tolerance band above the averaged
+        one), but the averaged answer length still describes the mix before: answers are counted at
+        completion, and the long ones finish for minutes. Sized on it, decode keeps (or grows to) the
+        instances the old mix needed, and under a GPU budget takes them from prefill, which needs them
+        now. What decode must hold is what it holds: its running and waiting requests at the batch
+        cap the model gives (reason `DecodeSizedOnHeldRequests`, details `decode_held_floor`). Only
+        ever lowers decode's floor, and only while prompts are longer than the averaged mix.
+        """
+        prefill_isl, sessions = demand.prefill_isl, measured.sessions
+        cap = details.get("decode_batch_cap", 0.0)
+        if (
+            not self.config.prefill_window_lengths
+            or prefill_isl is None
+            or prefill_isl[0] <= demand.isl
+            or sessions is None
+            or not cap > 0
+        ):
+            return floors, down_targets
+        held = max(1, math.ceil(sessions / cap))
+        if held >= floors[1]:
+            return floors, down_targets
+        details["decode_held_floor"] = float(held)
+        details["decode_floor"] = float(held)
+        reasons.append("DecodeSizedOnHeldRequests")
+        return (floors[0], held), (down_targets[0], min(down_targets[1], held))
 
     def _grow_while_in_flight(
         self, floors: tuple[int, int], supply: list[int], held: list[bool], reasons: list[str]
@@ -559,6 +673,47 @@ class XpydPolicy:
             if held[index] and floors[index] > on_the_way:
                 supply[index], held[index] = on_the_way, False
                 reasons.append(f"{role}GrowsWhileInFlight")
+
+    def _end_floors(self, demand: _Demand) -> list[int]:
+        """Each pool's model floor at the more demanding of the mix's two ends, at today's rate: the
+        far end's prompt spread scaled with its length, the model's decode prediction (this window's
+        decode measurement describes this mix, not that one)."""
+        far = [0, 0]
+        for isl, osl in demand.ends:
+            spread = demand.isl_std * isl / demand.isl
+            end = dataclasses.replace(demand, isl=isl, osl=osl, isl_std=spread, prefill_isl=None)
+            plan, _ = self._plan(end, DecodeMeasurement())
+            if plan.decode_feasible[0]:
+                far = [
+                    max(far[0], int(plan.prefill_instances[0])),
+                    max(far[1], int(plan.decode_instances[0])),
+                ]
+        return far
+
+    def _decode_within_ends(
+        self, demand: _Demand, floors: tuple[int, int], details: dict[str, float], reasons: list[str]
+    ) -> tuple[int, int]:
+        """In a window between the mix's two ends, decode's floor at most the more demanding end's.
+
+        A window in a swing holds both request classes; sized as one class of its mean lengths it pairs
+        long prompts with long answers (a session of mean prompt and mean answer length holds more KV
+        than the classes' sessions do on average: the long answers belong to the short prompts), and
+        asked for more decode than either end needs. What a mix of two classes needs is linear in the
+        mix, so never more than the more demanding end (reason `DecodeFloorWithinMixEnds`, details
+        `decode_ends_floor`). Windows at an end keep their own floor (and their decode measurement).
+        """
+        if not demand.ends or demand.coupling_r2 is None or demand.rate == 0:
+            return floors
+        (low, _), (high, _) = demand.ends
+        band = self.config.tolerance
+        if not low * (1 + band) < demand.isl < high * (1 - band):
+            return floors
+        far = self._end_floors(demand)
+        if not 0 < far[1] < floors[1]:
+            return floors
+        details["decode_ends_floor"] = details["decode_floor"] = float(far[1])
+        reasons.append("DecodeFloorWithinMixEnds")
+        return floors[0], far[1]
 
     def _swing_headroom(
         self,
@@ -585,16 +740,7 @@ class XpydPolicy:
         budget = limits.gpu_budget
         if not self.config.swing_headroom or budget is None or not demand.ends or demand.rate == 0:
             return
-        far = [0, 0]
-        for isl, osl in demand.ends:
-            spread = demand.isl_std * isl / demand.isl
-            end = dataclasses.replace(demand, isl=isl, osl=osl, isl_std=spread, prefill_isl=None)
-            plan, _ = self._plan(end, DecodeMeasurement())
-            if plan.decode_feasible[0]:
-                far = [
-                    max(far[0], int(plan.prefill_instances[0])),
-                    max(far[1], int(plan.decode_instances[0])),
-                ]
+        far = self._end_floors(demand)
         details["prefill_swing_floor"], details["decode_swing_floor"] = float(far[0]), float(far[1])
         gpus = (self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
         maxima = (limits.prefill_max, limits.decode_max)
@@ -651,7 +797,9 @@ class XpydPolicy:
         self._converted = _Converted(taker)
         return ""
 
-    def _blame_latency_misses(self, observation: Observation, *, decode_short: bool) -> dict[int, str]:
+    def _blame_latency_misses(
+        self, observation: Observation, *, decode_short: bool, prefill_busy: float, reasons: list[str]
+    ) -> dict[int, str]:
         """Pool index → reason, for each measured p90 above `latency_feedback` × SLO (model too optimistic).
 
         A TPOT miss is decode's. A TTFT miss is prefill's unless the decode pool's KV cache is full
@@ -659,7 +807,10 @@ class XpydPolicy:
         decode while prefill has no queue to speak of (`_decode_admission_waits`: a paged KV cache
         admits new requests before its usage reaches `decode_kv_full`, then preempts): then requests
         wait for decode admission after their prefill, and another prefill instance would only deliver
-        them to the same busy decode pool faster.
+        them to the same busy decode pool faster. Within one rate window after a TTFT miss was decode's,
+        a TTFT miss that none of these explains any more is nobody's: the window's p90 still holds the
+        first tokens that waited on decode (reason `TtftMissesOfDecodeInWindow`); in `make demo` prefill
+        grew for them once decode had caught up, and shrank back in the same phase.
         """
         if self.config.latency_feedback == 0:
             return {}
@@ -671,20 +822,31 @@ class XpydPolicy:
                 blamed.setdefault(1, "DecodeKvFullTtftMissed")
             elif decode_short:
                 blamed.setdefault(1, "DecodeShortTtftMissed")
-            elif self._decode_admission_waits(observation):
+            elif self._decode_admission_waits(observation, prefill_busy):
                 blamed.setdefault(1, "DecodeWaitingTtftMissed")
+            elif (
+                self._decode_ttft_blamed_s is not None
+                and observation.time_s - self._decode_ttft_blamed_s < observation.window_s
+            ):
+                reasons.append("TtftMissesOfDecodeInWindow")  # the window still holds decode's misses
+                return blamed
             else:
                 blamed[0] = "PrefillSloMissedAboveFloor"
+            if 1 in blamed and blamed[1] != "DecodeSloMissedAboveFloor":
+                self._decode_ttft_blamed_s = observation.time_s
         return blamed
 
     @staticmethod
-    def _decode_admission_waits(observation: Observation) -> bool:
+    def _decode_admission_waits(observation: Observation, prefill_busy: float) -> bool:
         """Requests wait on decode (for KV room or their KV pull) while prefill has less than one
-        request waiting per ready instance: TTFT is then spent waiting for decode, not for prefill."""
+        request waiting per ready instance, or while the model has prefill less than half busy
+        (`prefill_busy`: its load over its supply) and its queue is then decode's back-pressure (a
+        prefill instance holds each finished prompt's KV until decode pulls it): TTFT is then spent
+        waiting for decode, not for prefill."""
         waiting, queue = observation.decode_waiting, observation.prefill_queue
         if waiting is None or queue is None or not (math.isfinite(waiting) and math.isfinite(queue)):
             return False
-        return waiting >= 1 and queue < max(observation.prefill.ready, 1)
+        return waiting >= 1 and (queue < max(observation.prefill.ready, 1) or prefill_busy < BUSY_SHARE)
 
     def _decode_kv_full(self, observation: Observation) -> bool:
         """Decode KV usage at `decode_kv_full` or above, over the instances that can hold KV.
@@ -746,6 +908,7 @@ def _release_for_conversion(
     limits: Limits,
     *,
     denied: list[int],
+    cold_start_faster: bool = False,
 ) -> str:
     """Let a pool with a surplus give instances to a pool that grows now, instead of after its window.
 
@@ -759,11 +922,18 @@ def _release_for_conversion(
 
     `denied` is growth per pool that the GPU budget trimmed away: with the budget spent, the growing
     pool gets exactly what the other releases (so the total never exceeds what the budget allowed).
+    With `cold_start_faster` (cold starts measured to serve sooner than conversions) only that
+    budget-trimmed growth pairs: growth the budget has room for cold-starts (reason
+    `<Role>GrowsByColdStart`, the growing pool), and the surplus goes on its own down window.
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, shrink, role in ((0, 1, "Decode"), (1, 0, "Prefill")):
         growth = max(0, decided[grow] - supply[grow]) + denied[grow]
         surplus = min(decided[shrink], supply[shrink]) - max(keep[shrink], minimums[shrink])
+        if cold_start_faster and growth > denied[grow] and surplus > 0 and not held[shrink]:
+            if denied[grow] == 0:
+                return f"{('Prefill', 'Decode')[grow]}GrowsByColdStart"
+            growth = denied[grow]
         if growth > 0 and surplus > 0 and not held[shrink]:
             moves = min(growth, surplus)
             decided[shrink] = min(decided[shrink], supply[shrink]) - moves
