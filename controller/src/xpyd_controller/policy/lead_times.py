@@ -19,7 +19,6 @@ NEW_SAMPLE_WEIGHT = 0.5  # exponentially weighted mean: the latest growth counts
 
 @dataclass
 class _Growth:
-    pool: int  # 0 prefill, 1 decode
     target: int  # ready count that means the growth is serving
     since_s: float
     kind: str  # COLD_START, or CONVERSION (the other pool shrank in the same decision)
@@ -58,7 +57,7 @@ class LeadTimes:
             elif growth is None and decided[pool] > supply[pool]:
                 other = 1 - pool
                 kind = CONVERSION if decided[other] < supply[other] else COLD_START
-                self._pending[pool] = _Growth(pool, decided[pool], time_s, kind)
+                self._pending[pool] = _Growth(decided[pool], time_s, kind)
 
     def cold_start_faster(self) -> bool:
         """Both ways measured, and a cold start served sooner than a conversion."""

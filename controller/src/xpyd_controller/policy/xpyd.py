@@ -297,10 +297,9 @@ class XpydPolicy:
         self._decided = (context.initial_prefill, context.initial_decode)  # the last counts asked for
         self._forecast = RateForecast(config.forecast_horizon_s) if config.forecast_horizon_s else None
         self._lead_times = LeadTimes(config.in_flight_timeout_s)
-        self._last_prompts: tuple[float, float] | None = None
-        self._decode_ttft_blamed_s: float | None = (
-            None  # when a TTFT miss was last decode's  # (time, the window's mean prompt length)
-        )
+        self._last_prompts: tuple[float, float] | None = None  # (time, the window's mean prompt length)
+        self._decode_ttft_blamed_s: float | None = None  # when a TTFT miss was last decode's
+        self._end_floors_of: tuple[_Demand, tuple[int, int]] | None = None  # this decision's `_end_floors`
 
     def use_gpu(self, gpu: GpuSpec) -> None:
         """Size with these efficiencies from the next decision on; every window and guard is kept."""
@@ -674,10 +673,13 @@ class XpydPolicy:
                 supply[index], held[index] = on_the_way, False
                 reasons.append(f"{role}GrowsWhileInFlight")
 
-    def _end_floors(self, demand: _Demand) -> list[int]:
+    def _end_floors(self, demand: _Demand) -> tuple[int, int]:
         """Each pool's model floor at the more demanding of the mix's two ends, at today's rate: the
         far end's prompt spread scaled with its length, the model's decode prediction (this window's
-        decode measurement describes this mix, not that one)."""
+        decode measurement describes this mix, not that one). Sized once per decision: the decode
+        floor within the ends and the swing headroom both ask for it."""
+        if self._end_floors_of is not None and self._end_floors_of[0] is demand:
+            return self._end_floors_of[1]
         far = [0, 0]
         for isl, osl in demand.ends:
             spread = demand.isl_std * isl / demand.isl
@@ -688,7 +690,8 @@ class XpydPolicy:
                     max(far[0], int(plan.prefill_instances[0])),
                     max(far[1], int(plan.decode_instances[0])),
                 ]
-        return far
+        self._end_floors_of = (demand, (far[0], far[1]))
+        return far[0], far[1]
 
     def _decode_within_ends(
         self, demand: _Demand, floors: tuple[int, int], details: dict[str, float], reasons: list[str]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
-from xpyd_api.engines import NIXL_DEFAULT_KV_LEASE_S, NIXL_EXTRA_CONFIG, NIXL_KV_LEASE
+from xpyd_api.engines import NIXL_DEFAULT_KV_LEASE_S, NIXL_EXTRA_CONFIG, NIXL_HOST_ENV, NIXL_KV_LEASE
 from xpyd_api.errors import InputError
 from xpyd_api.models import HardwareSpec, ModelSpec
 from xpyd_controller.control.setup import gpu_spec, link_spec, model_spec
@@ -86,9 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         hardware = hardware_of(args.simulate, args.model, args.tensor_parallel_size)
         instance = SimulatedInstance(hardware, kv_lease_s=kv_lease_of(args.kv_transfer_config))
-        side_host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or (
-            "localhost" if args.host == "0.0.0.0" else args.host
-        )
+        side_host = os.environ.get(NIXL_HOST_ENV) or ("localhost" if args.host == "0.0.0.0" else args.host)
         engine = StandinEngine(
             instance,
             model_name=args.served_model_name or args.model,
