@@ -24,6 +24,7 @@ from xpyd_controller.policy.types import Decision
 
 BUSY = {  # 20 req/s of 2000-token prompts and 1500-token outputs: more than one instance per role
     Signal.ARRIVAL_RATE: 20.0,
+    Signal.PREFILL_FINISHED_RATE: 20.0,
     Signal.INPUT_TOKENS_RATE: 40_000.0,
     Signal.INPUT_TOKENS_P90: 3000.0,
     Signal.OUTPUT_REQUESTS_RATE: 20.0,

@@ -21,6 +21,7 @@ from xpyd_controller.policy.types import PoolState
 PREFILL, DECODE = PoolState(2, 1, 0, 1), PoolState(3, 0, 1, 1)
 FULL = {
     Signal.ARRIVAL_RATE: 4.0,
+    Signal.PREFILL_FINISHED_RATE: 4.0,
     Signal.INPUT_TOKENS_RATE: 8000.0,
     Signal.INPUT_TOKENS_P90: 3500.0,
     Signal.OUTPUT_REQUESTS_RATE: 2.0,
@@ -61,9 +62,15 @@ def test_full_answers() -> None:
     ("changes", "field", "expected"),
     [
         ({"arrival_rate": 0.0, "input_tokens_rate": 0.0}, "arrival_rate", 0.0),  # no traffic is a real 0
-        ({"arrival_rate": 0.0, "input_tokens_rate": 0.0}, "mean_input_tokens", None),  # mean of nothing
+        ({"prefill_finished_rate": 0.0, "input_tokens_rate": 0.0}, "mean_input_tokens", None),  # of nothing
         ({"arrival_rate": None}, "arrival_rate", None),
-        ({"arrival_rate": None}, "mean_input_tokens", None),
+        ({"prefill_finished_rate": None}, "mean_input_tokens", None),
+        # prefill behind: 4 req/s arrive, it finishes 1.6; the prompt mean is over the finished ones
+        (
+            {"arrival_rate": 4.0, "prefill_finished_rate": 1.6, "input_tokens_rate": 8000.0},
+            "mean_input_tokens",
+            5000.0,
+        ),
         ({"input_tokens_rate": None}, "mean_input_tokens", None),
         ({"output_requests_rate": 0.0}, "mean_output_tokens", None),
         ({"prefix_queries_rate": 0.0}, "prefix_hit_rate", None),

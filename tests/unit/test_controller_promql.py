@@ -32,6 +32,15 @@ def _mean(selector: str, name: str = "vllm:time_to_first_token_seconds") -> str:
     return f"sum(rate({name}_sum{selector}[30s])) / sum(rate({name}_count{selector}[30s]))"
 
 
+def _arrivals(selector: str, finished: str, waiting: str, running: str) -> str:
+    """Requests finished on prefill plus the growth of those waiting and running there, never below 0."""
+    growth = f"(sum(deriv({waiting}{selector}[30s]))) + (sum(deriv({running}{selector}[30s])))"
+    return f"clamp_min((sum(rate({finished}{selector}[30s]))) + (({growth}) or vector(0)), 0)"
+
+
+VLLM_ARRIVALS = _arrivals(
+    P_SEL, "vllm:request_prompt_tokens_count", "vllm:num_requests_waiting", "vllm:num_requests_running"
+)
 DECODE_TTFT_P90 = _p90(D_SEL)
 # prefill's and decode's TTFT as independent legs: both means + sqrt(sum of squared p90 excesses)
 TWO_LEGS = (
@@ -43,7 +52,8 @@ TWO_LEGS = (
 @pytest.mark.parametrize(
     ("signal", "expected"),
     [
-        (Signal.ARRIVAL_RATE, f"sum(rate(vllm:request_prompt_tokens_count{P_SEL}[30s]))"),
+        (Signal.ARRIVAL_RATE, VLLM_ARRIVALS),
+        (Signal.PREFILL_FINISHED_RATE, f"sum(rate(vllm:request_prompt_tokens_count{P_SEL}[30s]))"),
         (Signal.INPUT_TOKENS_RATE, f"sum(rate(vllm:request_prompt_tokens_sum{P_SEL}[30s]))"),
         (
             Signal.INPUT_TOKENS_P90,
@@ -116,7 +126,11 @@ def test_window_below_one_second_is_rejected() -> None:
 @pytest.mark.parametrize(
     ("signal", "expected"),
     [
-        (Signal.ARRIVAL_RATE, f"sum(rate(sglang:num_requests_total{P_SEL}[30s]))"),
+        (
+            Signal.ARRIVAL_RATE,
+            _arrivals(P_SEL, "sglang:num_requests_total", "sglang:num_queue_reqs", "sglang:num_running_reqs"),
+        ),
+        (Signal.PREFILL_FINISHED_RATE, f"sum(rate(sglang:num_requests_total{P_SEL}[30s]))"),
         (Signal.INPUT_TOKENS_RATE, f"sum(rate(sglang:prompt_tokens_total{P_SEL}[30s]))"),
         (Signal.OUTPUT_REQUESTS_RATE, f"sum(rate(sglang:num_requests_total{D_SEL}[30s]))"),
         (Signal.OUTPUT_TOKENS_RATE, f"sum(rate(sglang:generation_tokens_total{D_SEL}[30s]))"),
@@ -151,10 +165,10 @@ def test_every_engine_type_has_names(engine: EngineType, names: object) -> None:
 
 
 def test_arrivals_come_from_the_router_first() -> None:
-    """The users' side: the router's request counter, then prefill's admissions if it is not scraped."""
+    """The users' side: the router's request counter, then prefill's (finished plus its in-flight growth)
+    if it is not scraped."""
     assert build_queries(VLLM, SCOPE, VLLM_ROUTER)[Signal.ARRIVAL_RATE] == (
-        f"sum(rate(vllm_router_pd_requests_total{R_SEL}[30s]))"
-        f" or sum(rate(vllm:request_prompt_tokens_count{P_SEL}[30s]))"
+        f"sum(rate(vllm_router_pd_requests_total{R_SEL}[30s])) or {VLLM_ARRIVALS}"
     )
 
 

@@ -788,3 +788,46 @@ def test_a_ttft_miss_within_a_window_of_decodes_misses_is_nobodys() -> None:
     assert "TtftMissesOfDecodeInWindow" in stale.reasons and stale.prefill == x
     fresh = scaler.decide(observe(45, x, y + 1, **caught_up), Limits())  # one 30 s window later
     assert "PrefillSloMissedAboveFloor" in fresh.reasons and fresh.prefill == x + 1
+
+
+@pytest.mark.parametrize(
+    ("usage", "share_of_cap", "decode", "knobs", "fires"),
+    [
+        (1.0, 0.5, PoolState(ready=4), {}, True),  # full at half the model's batch: floor at that batch
+        (0.92, 0.5, PoolState(ready=4), {}, True),
+        (0.85, 0.5, PoolState(ready=4), {}, False),  # below `decode_measured_kv`: the model's cap
+        (0.75, 0.3, PoolState(ready=3, starting=1), {}, True),  # a starting instance reads empty
+        (1.0, 1.1, PoolState(ready=4), {}, False),  # its requests fit the model's cap: nothing to raise
+        (1.0, 0.5, PoolState(ready=4), {"decode_measured_kv": 0}, False),  # off
+        (1.0, 0.5, PoolState(ready=0, starting=4), {}, False),  # nothing serving: nothing measured
+    ],
+)
+def test_a_full_decode_kv_sizes_decode_at_the_batch_its_requests_measure_to_hold(
+    usage: float, share_of_cap: float, decode: PoolState, knobs: dict[str, float], fires: bool
+) -> None:
+    """While decode fills, the answers measured are the short ones that finished and the requests it
+    holds are the long ones: at KV usage `decode_measured_kv` or above, running requests per full
+    instance's worth of KV is the batch an instance holds (`make demo`: 27-30 at 94-100 % KV where the
+    model's cap read 32, requests waiting, decode held at 2)."""
+    base = policy().decide(observe(0, 4, 4), Limits()).details
+    running = share_of_cap * base["decode_batch_cap"] * 4
+    observation = observe(0, 4, decode, decode_running=running, decode_kv_usage=usage)
+    decision = policy(**knobs).decide(observation, Limits())
+    details = decision.details
+    model_floor = policy(decode_measured_kv=0).decide(observation, Limits()).details["decode_floor"]
+    assert ("DecodeSizedOnMeasuredKv" in decision.reasons) is fires
+    if fires:
+        batch = running / (usage * (decode.ready + decode.starting))
+        assert details["decode_measured_batch"] == pytest.approx(batch)
+        assert details["decode_floor"] == details["decode_kv_floor"]
+        assert details["decode_floor"] == np.ceil(details["concurrency"] / batch)
+        assert details["decode_floor"] > model_floor
+    else:
+        assert "decode_kv_floor" not in details
+        assert details["decode_floor"] == model_floor
+
+
+@pytest.mark.parametrize("value", [0.3, 1.5, -1.0])
+def test_decode_measured_kv_outside_its_range_is_rejected(value: float) -> None:
+    with pytest.raises(PolicyConfigError, match="decode_measured_kv"):
+        policy(decode_measured_kv=value)

@@ -26,6 +26,7 @@ _SECONDS = 1e5  # a latency percentile
 # The physical range of each signal: a value outside it is corrupt, not load.
 PLAUSIBLE: Mapping[Signal, tuple[float, float]] = {
     Signal.ARRIVAL_RATE: (0.0, _RATE),
+    Signal.PREFILL_FINISHED_RATE: (0.0, _RATE),
     Signal.INPUT_TOKENS_RATE: (0.0, _TOKENS_RATE),
     Signal.INPUT_TOKENS_P90: (0.0, _TOKENS),
     Signal.OUTPUT_REQUESTS_RATE: (0.0, _RATE),
@@ -83,7 +84,7 @@ def build_observation(
         prefill=prefill,
         decode=decode,
         arrival_rate=arrivals,
-        mean_input_tokens=_ratio(value(Signal.INPUT_TOKENS_RATE), arrivals),
+        mean_input_tokens=_ratio(value(Signal.INPUT_TOKENS_RATE), value(Signal.PREFILL_FINISHED_RATE)),
         mean_output_tokens=_ratio(value(Signal.OUTPUT_TOKENS_RATE), value(Signal.OUTPUT_REQUESTS_RATE)),
         prefix_hit_rate=_ratio(value(Signal.PREFIX_HITS_RATE), value(Signal.PREFIX_QUERIES_RATE)),
         p90_input_tokens=value(Signal.INPUT_TOKENS_P90),

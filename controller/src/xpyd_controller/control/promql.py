@@ -26,8 +26,9 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 class Signal(StrEnum):
     """One number the controller asks Prometheus for; the Observation is computed from them."""
 
-    ARRIVAL_RATE = "arrival_rate"  # requests/s admitted to prefill
-    INPUT_TOKENS_RATE = "input_tokens_rate"  # prompt tokens/s of those requests (÷ arrivals = mean)
+    ARRIVAL_RATE = "arrival_rate"  # requests/s arriving at prefill (finished there + its in-flight growth)
+    PREFILL_FINISHED_RATE = "prefill_finished_rate"  # requests/s whose prompt prefill finished
+    INPUT_TOKENS_RATE = "input_tokens_rate"  # prompt tokens/s of those requests (÷ finished = mean)
     INPUT_TOKENS_P90 = "input_tokens_p90"
     OUTPUT_REQUESTS_RATE = "output_requests_rate"  # requests/s finishing decode
     OUTPUT_TOKENS_RATE = "output_tokens_rate"  # generated tokens/s of those requests
@@ -146,6 +147,35 @@ def _quantile(names: Sequence[str], scope: Scope, role: Role | None) -> str:
     )
 
 
+def _growth(families: Sequence[Sequence[str]], scope: Scope, role: Role) -> str:
+    """Per-second growth of the summed gauges (each family's names joined with `or`) over the window:
+    the least-squares slope of each series, summed."""
+    selector = scope.selector(role)
+    return " + ".join(
+        "(" + _either([f"sum(deriv({name}{selector}[{scope.window}]))" for name in names]) + ")"
+        for names in families
+        if names
+    )
+
+
+def _arrivals(engine: MetricNames, scope: Scope) -> str:
+    """Requests/s arriving at the prefill pool, from its engines.
+
+    Engines count a request when it finishes (vLLM observes the prompt length then; SGLang's request
+    counter too): on the prefill pool that is when its prefill is done. While prefill keeps up that is
+    the arrival rate; when it does not (a swing to long prompts, one instance left), it is prefill's
+    throughput, and the queue holds the rest: sized on it, prefill grows only by what it already
+    manages. Requests in flight are conserved: arrivals = finished + the growth of the requests waiting
+    and running on the pool (`deriv` of the gauges over the window; 0 when the gauges are missing, so
+    the finished rate alone is read as before). Never below 0.
+    """
+    finished = _rate(engine.requests_in, scope, Role.PREFILL)
+    growth = _growth((engine.waiting, engine.running), scope, Role.PREFILL)
+    if not finished or not growth:
+        return finished
+    return f"clamp_min(({finished}) + (({growth}) or vector(0)), 0)"
+
+
 def _gauge(aggregate: str, names: Sequence[str], scope: Scope, role: Role) -> str:
     selector = scope.selector(role)
     return _either([f"{aggregate}({name}{selector})" for name in names])
@@ -206,9 +236,8 @@ def build_queries(
     prefill, decode = Role.PREFILL, Role.DECODE
     arrivals = [_rate(router.requests, scope, None)] if router else []
     queries = {
-        Signal.ARRIVAL_RATE: _either(
-            [q for q in [*arrivals, _rate(engine.requests_in, scope, prefill)] if q]
-        ),
+        Signal.ARRIVAL_RATE: _either([q for q in [*arrivals, _arrivals(engine, scope)] if q]),
+        Signal.PREFILL_FINISHED_RATE: _rate(engine.requests_in, scope, prefill),
         Signal.INPUT_TOKENS_RATE: _rate(engine.prompt_tokens, scope, prefill),
         Signal.INPUT_TOKENS_P90: _quantile(engine.prompt_histogram, scope, prefill),
         Signal.OUTPUT_REQUESTS_RATE: _rate(engine.requests_out, scope, decode),

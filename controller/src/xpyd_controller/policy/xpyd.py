@@ -104,6 +104,9 @@ class XpydConfig(ScalingBehavior):
     falling_load_scatter: float = 0.5
     latency_feedback: float = 1.0  # measured p90 above this × SLO adds one instance over the floor; 0 = off
     decode_kv_full: float = 0.95  # a TTFT miss at this decode KV usage or above is decode's; 0 = prefill's
+    # at this decode KV usage or above (over its serving instances), decode's batch per instance is at
+    # most what its running requests measure to fit (running / full instances' worth of KV); 0 = off
+    decode_measured_kv: float = 0.9
     remote_overhead_s: float = 0.0
     transfer_budget_s: float = 0.0  # seconds of TTFT for the KV transfer; 0 = the whole TTFT SLO
 
@@ -113,10 +116,10 @@ class XpydConfig(ScalingBehavior):
             value = getattr(self, name)
             if not (value == 0 or 0.5 <= value < 1):
                 raise PolicyConfigError("xpyd", name, value, "must be 0 (mean sizing) or in [0.5, 1)")
-        if not (self.decode_kv_full == 0 or 0.5 <= self.decode_kv_full <= 1):
-            raise PolicyConfigError(
-                "xpyd", "decode_kv_full", self.decode_kv_full, "must be 0 (off) or in [0.5, 1]"
-            )
+        for name in ("decode_kv_full", "decode_measured_kv"):
+            value = getattr(self, name)
+            if not (value == 0 or 0.5 <= value <= 1):
+                raise PolicyConfigError("xpyd", name, value, "must be 0 (off) or in [0.5, 1]")
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
         require_in("xpyd", "length_coupling_r2", self.length_coupling_r2, 0, 1)
         for name in ("swing_headroom", "prefill_window_lengths", "measured_growth"):
@@ -528,6 +531,9 @@ class XpydPolicy:
                 details[key] = value
         floors, down_targets, bindings = self._targets(demand, measured, details, reasons)
         floors = self._decode_within_ends(demand, floors, details, reasons)
+        floors, down_targets = self._decode_on_measured_kv(
+            observation, floors, down_targets, details, reasons
+        )
         if limits.gpu_budget is not None:
             floors, down_targets = self._decode_on_held_sessions(
                 demand,
@@ -614,6 +620,55 @@ class XpydPolicy:
             reasons=tuple(r for r in (*reasons, *layered.reasons) if r),
             details=details,
         )
+
+    def _decode_on_measured_kv(
+        self,
+        observation: Observation,
+        floors: tuple[int, int],
+        down_targets: tuple[int, int],
+        details: dict[str, float],
+        reasons: list[str],
+    ) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Decode's floor at the batch its KV measures to hold, when that is below the model's cap.
+
+        The model's batch cap divides an instance's KV by a session's mean resident context, from the
+        answer lengths measured. Answers are counted when they finish, so while decode fills (the first
+        minute of traffic, or a swing to longer answers) the answers measured are the short ones, and the
+        requests decode holds are the long ones: they hold more KV each than the model assumes, and the
+        pool is full at fewer requests than its cap (in `make demo`, 27-30 per instance at 94-100 % KV
+        against a cap of 32, with requests waiting: decode stayed at 2 while its floor read 1.9).
+        Once the serving instances' KV usage reaches `decode_measured_kv`, the requests running per
+        full instance's worth of KV is the batch an instance holds; when it is below the model's cap,
+        the floor is the model's concurrency (which counts the requests on decode now) at that batch
+        (reason `DecodeSizedOnMeasuredKv`, details `decode_measured_batch`, `decode_kv_floor`). Only
+        ever raises decode's floor, and only while its KV is that full.
+        """
+        threshold, pool = self.config.decode_measured_kv, observation.decode
+        usage, running = observation.decode_kv_usage, observation.decode_running
+        cap, concurrency = details.get("decode_batch_cap", 0.0), details.get("concurrency", 0.0)
+        if (
+            threshold == 0
+            or pool.ready == 0
+            or usage is None
+            or running is None
+            or not (math.isfinite(usage) and math.isfinite(running))
+            or not (cap > 0 and concurrency > 0)
+        ):
+            return floors, down_targets
+        # the average counts a starting instance as empty (as in `_decode_kv_full`)
+        instances = pool.ready + pool.starting
+        if usage * instances < threshold * pool.ready:
+            return floors, down_targets
+        batch = running / (usage * instances)
+        if not 0 < batch < cap:
+            return floors, down_targets
+        need = math.ceil(concurrency / batch)
+        if need <= floors[1]:
+            return floors, down_targets
+        details["decode_measured_batch"] = batch
+        details["decode_kv_floor"] = details["decode_floor"] = float(need)
+        reasons.append("DecodeSizedOnMeasuredKv")
+        return (floors[0], need), (down_targets[0], max(down_targets[1], need))
 
     def _decode_on_held_sessions(
         self,
