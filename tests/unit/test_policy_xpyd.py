@@ -831,3 +831,24 @@ def test_a_full_decode_kv_sizes_decode_at_the_batch_its_requests_measure_to_hold
 def test_decode_measured_kv_outside_its_range_is_rejected(value: float) -> None:
     with pytest.raises(PolicyConfigError, match="decode_measured_kv"):
         policy(decode_measured_kv=value)
+
+
+def test_the_batch_a_full_decode_kv_measured_holds_its_scale_down_for_the_down_window() -> None:
+    """Instances the measured batch asked for bring the usage below the threshold; the model's cap would
+    take them back at once (`make demo`: up, down and up again in the first phase). A pool that grows
+    now may still take them by conversion (the pairing releases what is above the floor)."""
+    x, _ = floor(20.0)  # prefill at its floor: nothing pairs
+    base = policy().decide(observe(0, x, 4), Limits()).details
+    running = 0.5 * base["decode_batch_cap"] * 4
+    scaler = policy(down_window_s=60)
+    fired = scaler.decide(observe(0, x, 4, decode_running=running, decode_kv_usage=1.0), Limits())
+    assert "DecodeSizedOnMeasuredKv" in fired.reasons
+    grown = int(fired.details["decode_floor"])
+    later = [
+        scaler.decide(observe(t, x, grown, decode_running=running, decode_kv_usage=0.5), Limits())
+        for t in (30, 70)
+    ]
+    assert "DecodeHeldOnMeasuredKv" in later[0].reasons and later[0].decode == grown
+    assert later[0].details["decode_measured_batch"] == fired.details["decode_measured_batch"]
+    assert "DecodeHeldOnMeasuredKv" not in later[1].reasons  # the down window has passed
+    assert later[1].details["decode_down_target"] < grown  # the model's cap again

@@ -303,6 +303,7 @@ class XpydPolicy:
         self._last_prompts: tuple[float, float] | None = None  # (time, the window's mean prompt length)
         self._decode_ttft_blamed_s: float | None = None  # when a TTFT miss was last decode's
         self._end_floors_of: tuple[_Demand, tuple[int, int]] | None = None  # this decision's `_end_floors`
+        self._kv_batch: tuple[float, float] | None = None  # (time, batch) decode's full KV last measured
 
     def use_gpu(self, gpu: GpuSpec) -> None:
         """Size with these efficiencies from the next decision on; every window and guard is kept."""
@@ -641,7 +642,8 @@ class XpydPolicy:
         full instance's worth of KV is the batch an instance holds; when it is below the model's cap,
         the floor is the model's concurrency (which counts the requests on decode now) at that batch
         (reason `DecodeSizedOnMeasuredKv`, details `decode_measured_batch`, `decode_kv_floor`). Only
-        ever raises decode's floor, and only while its KV is that full.
+        ever raises decode's floor, and only while its KV is that full; the scale-down target keeps
+        the measured batch a while after (`_down_on_measured_kv`).
         """
         threshold, pool = self.config.decode_measured_kv, observation.decode
         usage, running = observation.decode_kv_usage, observation.decode_running
@@ -657,11 +659,11 @@ class XpydPolicy:
             return floors, down_targets
         # the average counts a starting instance as empty (as in `_decode_kv_full`)
         instances = pool.ready + pool.starting
-        if usage * instances < threshold * pool.ready:
-            return floors, down_targets
-        batch = running / (usage * instances)
-        if not 0 < batch < cap:
-            return floors, down_targets
+        batch = running / (usage * instances) if usage > 0 else cap
+        if usage * instances < threshold * pool.ready or not 0 < batch < cap:
+            time_s = observation.time_s
+            return floors, self._down_on_measured_kv(time_s, observation, down_targets, details, reasons)
+        self._kv_batch = (observation.time_s, batch)
         need = math.ceil(concurrency / batch)
         if need <= floors[1]:
             return floors, down_targets
@@ -669,6 +671,30 @@ class XpydPolicy:
         details["decode_kv_floor"] = details["decode_floor"] = float(need)
         reasons.append("DecodeSizedOnMeasuredKv")
         return (floors[0], need), (down_targets[0], max(down_targets[1], need))
+
+    def _down_on_measured_kv(
+        self,
+        time_s: float,
+        observation: Observation,
+        down_targets: tuple[int, int],
+        details: dict[str, float],
+        reasons: list[str],
+    ) -> tuple[int, int]:
+        """Decode's scale-down target at the batch its KV last measured to hold while full, for the
+        down window (or the rate window, if longer) after: the instances the measured batch asked for
+        lower the usage below the threshold, and the model's cap would then take them back at once
+        (`make demo`: decode 2 → 4 at 25-30 s, back to 3 at 45 s, up to 5 again at 70-75 s, all in
+        the first phase). Reason `DecodeHeldOnMeasuredKv`."""
+        remembered, concurrency = self._kv_batch, details.get("concurrency", 0.0)
+        hold_s = max(self.config.down_window_s, observation.window_s)
+        if remembered is None or time_s - remembered[0] >= hold_s or not concurrency > 0:
+            return down_targets
+        keep = math.ceil(concurrency * (1 + self.config.tolerance) / remembered[1])
+        if keep <= down_targets[1]:
+            return down_targets
+        details["decode_measured_batch"] = remembered[1]
+        reasons.append("DecodeHeldOnMeasuredKv")
+        return down_targets[0], keep
 
     def _decode_on_held_sessions(
         self,
