@@ -661,8 +661,7 @@ class XpydPolicy:
         instances = pool.ready + pool.starting
         batch = running / (usage * instances) if usage > 0 else cap
         if usage * instances < threshold * pool.ready or not 0 < batch < cap:
-            time_s = observation.time_s
-            return floors, self._down_on_measured_kv(time_s, observation, down_targets, details, reasons)
+            return floors, self._down_on_measured_kv(observation, down_targets, details, reasons)
         self._kv_batch = (observation.time_s, batch)
         need = math.ceil(concurrency / batch)
         if need <= floors[1]:
@@ -674,7 +673,6 @@ class XpydPolicy:
 
     def _down_on_measured_kv(
         self,
-        time_s: float,
         observation: Observation,
         down_targets: tuple[int, int],
         details: dict[str, float],
@@ -687,7 +685,7 @@ class XpydPolicy:
         the first phase). Reason `DecodeHeldOnMeasuredKv`."""
         remembered, concurrency = self._kv_batch, details.get("concurrency", 0.0)
         hold_s = max(self.config.down_window_s, observation.window_s)
-        if remembered is None or time_s - remembered[0] >= hold_s or not concurrency > 0:
+        if remembered is None or observation.time_s - remembered[0] >= hold_s or not concurrency > 0:
             return down_targets
         keep = math.ceil(concurrency * (1 + self.config.tolerance) / remembered[1])
         if keep <= down_targets[1]:
