@@ -16,6 +16,10 @@ knob.
 While the load forecast falls beyond the rate's scatter, scale-ins skip the down window and keep two
 scatters to spare instead of the whole tolerance band.
 
+The prompt spread the sizing reads from mean and p90 (normal lengths) is multiplied by a factor in
+[`spread_floor`, 1] learned from the measured TTFT p90 against the model's on the serving prefill pool
+(`policy/prompt_spread.py`, `_calibrate_spread`); a TTFT p90 above the SLO puts the full spread back.
+
 Field rules: a missing arrival rate holds everything; partial data (rate but no lengths) may scale up
 on the last known lengths but never down; a rate of exactly 0 is zero demand and scales to the minimum.
 """
@@ -470,7 +474,9 @@ class XpydPolicy:
     def _plan(self, demand: _Demand, measured: DecodeMeasurement) -> tuple[Plan, int]:
         """Plans for demand and for demand plus the scale-in margin (× `tolerance`; on a falling load
         at most two scatters of the rate), in one call, and where prefill's two entries start: 0, or
-        2 when `demand.prefill_isl` sizes prefill (two more entries at it)."""
+        2 when `demand.prefill_isl` sizes prefill (two more entries at it). Prompt spreads carry the
+        learned factor (`_calibrate_spread`): prefill's TTFT sizing reads them, and decode only with
+        `context_quantile`."""
         margin = self.config.tolerance * demand.rate
         if demand.falling is not None:
             margin = min(margin, FALLING_MARGIN_SCATTERS * demand.falling.scatter)
