@@ -17,6 +17,7 @@ from xpyd_controller.model.sizing import (
     Workload,
     dp_ratio,
     normal_quantile,
+    prefill_ttft_quantile,
     size_pools,
     std_from_quantile,
 )
@@ -540,3 +541,34 @@ def test_normal_quantile_rejects_probabilities_outside_the_open_interval(p: floa
     with pytest.raises(SpecError) as error:
         normal_quantile(p)
     assert error.value.rule == "must be in (0, 1)"
+
+
+@pytest.mark.parametrize("spread", [0.0, 1500.0])
+def test_prefill_ttft_quantile_is_the_sizings_prediction_at_its_own_pool(spread: float) -> None:
+    """The TTFT quantile at a given pool is what `size_pools` predicts at the pool it sized, and it
+    falls as the pool grows (a policy holds a measured TTFT against it)."""
+    model = ModelSpec(params=8e9, layers=32, kv_heads=8, head_dim=128)
+    gpu = GpuSpec(peak_flops=990e12, hbm_bandwidth=3.35e12, hbm_bytes=80e9)
+    link = LinkSpec(bandwidth=50e9, overhead=2e-3)
+    workload = Workload(rate=20.0, isl=3000.0, osl=300.0, isl_std=spread)
+    slo = Slo(ttft=1.0, tpot=0.05, ttft_quantile=0.99)
+    pools = PoolConfig(step_overhead=5e-3, request_flow="prefill_first")
+    plan = size_pools(model, gpu, link, workload, slo, pools=pools)
+    sized = int(plan.prefill_instances)
+    at = prefill_ttft_quantile(
+        model,
+        gpu,
+        link,
+        workload,
+        slo,
+        instances=np.array([sized, sized + 1, sized + 4]),
+        quantile=0.99,
+        pools=pools,
+    )
+    assert at[0] == pytest.approx(float(plan.predicted_ttft_seconds), rel=1e-9)
+    assert at[0] <= 1.0
+    assert at[0] > at[1] >= at[2] >= float(plan.ttft_floor_seconds) - 1e-12
+    below = prefill_ttft_quantile(
+        model, gpu, link, workload, slo, instances=sized - 1, quantile=0.99, pools=pools
+    )
+    assert float(below) > 1.0  # one fewer misses the SLO (or saturates): why the sizing stopped there

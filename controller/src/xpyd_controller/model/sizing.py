@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar, get_args
 import numpy as np
 import numpy.typing as npt
 
-from xpyd_controller.model.queueing import IntArray, mean_wait, min_servers_for_wait_quantile
+from xpyd_controller.model.queueing import IntArray, mean_wait, min_servers_for_wait_quantile, wait_quantile
 from xpyd_controller.model.roofline import (
     attention_factor,
     decode_step_seconds,
@@ -686,6 +686,44 @@ def _prefill_pool(
     ttft_floor = service_part + fixed_latency
     utilisation = np.where(instances > 0, load / np.maximum(instances, 1), 0.0)
     return _Prefill(load, instances, binding, utilisation, wait + ttft_floor, ttft_floor)
+
+
+def prefill_ttft_quantile(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    link: LinkSpec,
+    workload: Workload,
+    slo: Slo,
+    *,
+    instances: Numeric,
+    quantile: float,
+    pools: PoolConfig | None = None,
+    measured: DecodeMeasurement | None = None,
+) -> FloatArray:
+    """The model's q-quantile TTFT (seconds) on a prefill pool of `instances`, as `size_pools` sizes it.
+
+    The same terms as the TTFT-percentile sizing: the prefill of the q-quantile prompt (mean + z_q·σ),
+    the q-quantile queueing wait on that pool, and what every first token pays after its prefill
+    (exposed transfer + one decode step at the batch cap). +inf when the pool is saturated. A policy
+    compares it with a measured quantile to see how pessimistic the model is at today's pool.
+    """
+    _quantile("quantile", quantile)
+    pools = pools or PoolConfig()
+    w = {
+        name: np.asarray(getattr(workload, name), np.float64)
+        for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
+    }
+    handoff = _handoff(model, gpu, link, w, pools)
+    decode = _decode_pool(
+        model, gpu, w, slo, pools, transfer=handoff.transfer, measured=measured or DecodeMeasurement()
+    )
+    g_p = np.asarray(pools.prefill_gpus, np.float64)
+    mean_service, service_cv2 = _prefill_service_moments(model, gpu, w, g_p)
+    prompt = w["isl"] + normal_quantile(quantile) * w["isl_std"]
+    service = prefill_seconds(model, gpu, prompt, g_p, hit_rate=w["hit_rate"])
+    wait = wait_quantile(instances, w["rate"] * mean_service, mean_service, service_cv2, quantile)
+    result: FloatArray = service + wait + handoff.exposed + decode.step_at_cap
+    return result
 
 
 def size_pools(

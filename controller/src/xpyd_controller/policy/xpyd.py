@@ -16,6 +16,10 @@ knob.
 While the load forecast falls beyond the rate's scatter, scale-ins skip the down window and keep two
 scatters to spare instead of the whole tolerance band.
 
+The prompt spread the sizing reads from mean and p90 (normal lengths) is multiplied by a factor in
+[`spread_floor`, 1] learned from the measured TTFT p90 against the model's on the serving prefill pool
+(`policy/prompt_spread.py`, `_calibrate_spread`); a TTFT p90 above the SLO puts the full spread back.
+
 Field rules: a missing arrival rate holds everything; partial data (rate but no lengths) may scale up
 on the last known lengths but never down; a rate of exactly 0 is zero demand and scales to the minimum.
 """
@@ -36,6 +40,7 @@ from xpyd_controller.model.sizing import (
     PoolConfig,
     Slo,
     Workload,
+    prefill_ttft_quantile,
     size_pools,
     std_from_quantile,
 )
@@ -45,6 +50,7 @@ from xpyd_controller.policy.forecast import RateForecast
 from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, enforce_limits, require_in
 from xpyd_controller.policy.lead_times import COLD_START, CONVERSION, LeadTimes
 from xpyd_controller.policy.limits import validate_limits
+from xpyd_controller.policy.prompt_spread import CALIBRATION_QUANTILE, SpreadCalibration
 from xpyd_controller.policy.types import Decision, Limits, Observation
 
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
@@ -102,6 +108,10 @@ class XpydConfig(ScalingBehavior):
     # the load counts as falling (scale-ins skip the down window) while the forecast's fall over
     # forecast_horizon_s exceeds this many times the rate's scatter around the forecast; 0 = never
     falling_load_scatter: float = 0.5
+    # the lowest factor on the prompt spread the TTFT sizing uses, learned from the measured TTFT p90
+    # against the model's at the serving pool (policy/prompt_spread.py); 1 = off (the full spread)
+    spread_floor: float = 0.7
+    spread_calibration_s: float = 900.0  # time constant of that factor's way down (up: four times faster)
     latency_feedback: float = 1.0  # measured p90 above this × SLO adds one instance over the floor; 0 = off
     decode_kv_full: float = 0.95  # a TTFT miss at this decode KV usage or above is decode's; 0 = prefill's
     # at this decode KV usage or above (over its serving instances), decode's batch per instance is at
@@ -121,6 +131,7 @@ class XpydConfig(ScalingBehavior):
             if not (value == 0 or 0.5 <= value <= 1):
                 raise PolicyConfigError("xpyd", name, value, "must be 0 (off) or in [0.5, 1]")
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
+        require_in("xpyd", "spread_floor", self.spread_floor, 0, 1, open_low=True)
         require_in("xpyd", "length_coupling_r2", self.length_coupling_r2, 0, 1)
         for name in ("swing_headroom", "prefill_window_lengths", "measured_growth"):
             if getattr(self, name) not in (0, 1):
@@ -134,6 +145,7 @@ class XpydConfig(ScalingBehavior):
             "forecast_horizon_s",
             "length_smoothing_s",
             "falling_load_scatter",
+            "spread_calibration_s",
         ):
             require_in("xpyd", name, getattr(self, name), 0)
 
@@ -304,6 +316,8 @@ class XpydPolicy:
         self._decode_ttft_blamed_s: float | None = None  # when a TTFT miss was last decode's
         self._end_floors_of: tuple[_Demand, tuple[int, int]] | None = None  # this decision's `_end_floors`
         self._kv_batch: tuple[float, float] | None = None  # (time, batch) decode's full KV last measured
+        self._spread = SpreadCalibration(config.spread_floor, config.spread_calibration_s)
+        self._prefill_ready_since: tuple[int, float] | None = None  # (ready prefill, since when)
 
     def use_gpu(self, gpu: GpuSpec) -> None:
         """Size with these efficiencies from the next decision on; every window and guard is kept."""
@@ -464,16 +478,19 @@ class XpydPolicy:
     def _plan(self, demand: _Demand, measured: DecodeMeasurement) -> tuple[Plan, int]:
         """Plans for demand and for demand plus the scale-in margin (× `tolerance`; on a falling load
         at most two scatters of the rate), in one call, and where prefill's two entries start: 0, or
-        2 when `demand.prefill_isl` sizes prefill (two more entries at it)."""
+        2 when `demand.prefill_isl` sizes prefill (two more entries at it). Prompt spreads carry the
+        learned factor (`_calibrate_spread`): prefill's TTFT sizing reads them, and decode only with
+        `context_quantile`."""
         margin = self.config.tolerance * demand.rate
         if demand.falling is not None:
             margin = min(margin, FALLING_MARGIN_SCATTERS * demand.falling.scatter)
         rates = [demand.rate, demand.rate + margin]
-        isl, isl_std = [demand.isl] * 2, [demand.isl_std] * 2
+        factor = self._spread.factor
+        isl, isl_std = [demand.isl] * 2, [demand.isl_std * factor] * 2
         if demand.prefill_isl is not None:
             rates += rates
             isl += [demand.prefill_isl[0]] * 2
-            isl_std += [demand.prefill_isl[1]] * 2
+            isl_std += [demand.prefill_isl[1] * factor] * 2
         workload = Workload(
             rate=np.array(rates),
             isl=np.array(isl),
@@ -530,6 +547,7 @@ class XpydPolicy:
         ):
             if value is not None:
                 details[key] = value
+        self._calibrate_spread(observation, demand, measured, details, reasons)
         floors, down_targets, bindings = self._targets(demand, measured, details, reasons)
         floors = self._decode_within_ends(demand, floors, details, reasons)
         floors, down_targets = self._decode_on_measured_kv(
@@ -693,6 +711,81 @@ class XpydPolicy:
         details["decode_measured_batch"] = remembered[1]
         reasons.append("DecodeHeldOnMeasuredKv")
         return down_targets[0], keep
+
+    def _calibrate_spread(
+        self,
+        observation: Observation,
+        demand: _Demand,
+        measured: DecodeMeasurement,
+        details: dict[str, float],
+        reasons: list[str],
+    ) -> None:
+        """Learn the factor on the prompt spread from the measured TTFT p90 (`SpreadCalibration`).
+
+        A window teaches only when its TTFT is prefill's to explain: the prefill pool has served it
+        unchanged for the whole window (no instance starting or draining), it has traffic, lengths
+        and a TTFT p90, and decode holds nothing back (no requests waiting on decode, KV below
+        `decode_kv_full`). The model is then evaluated on that pool at the window's own prompt mean
+        and p90 spread and the measured rate. A TTFT p90 above `latency_feedback` × SLO puts the
+        full spread back at once (reason `PromptSpreadReset`); otherwise the factor moves towards
+        the one that explains the measurement. While the factor is below 1 the sizing uses it (reason
+        `PromptSpreadFromMeasuredTtft`, details `prompt_spread_factor` and, for a window that taught,
+        `prompt_spread_target` and `ttft_p90_model_seconds`, the model's p90 at the full spread).
+        """
+        spread, time_s, pool = self._spread, observation.time_s, observation.prefill
+        if not spread.active:
+            return
+        ready_since = self._prefill_ready_since
+        if ready_since is None or ready_since[0] != pool.ready or pool.starting or pool.draining:
+            ready_since = self._prefill_ready_since = (pool.ready, time_s)
+        ttft, isl, p90 = observation.ttft_p90_s, observation.mean_input_tokens, observation.p90_input_tokens
+        rate = demand.measured_rate
+        waiting = observation.decode_waiting
+        target = None
+        if (
+            _usable(ttft)
+            and _usable(isl)
+            and _usable(p90)
+            and rate > 0
+            and not demand.partial
+            and not (pool.starting or pool.draining)
+            and time_s - ready_since[1] >= observation.window_s
+            and pool.ready > 0
+            and not (waiting is not None and math.isfinite(waiting) and waiting >= 1)
+            and not self._decode_kv_full(observation)
+        ):
+            if self._missed(ttft, self.context.ttft_slo_s):
+                spread.reset(time_s)
+                reasons.append("PromptSpreadReset")
+            else:
+                sd = std_from_quantile(isl, p90, LENGTH_QUANTILE)
+                workload = Workload(
+                    rate=rate,
+                    isl=isl,
+                    osl=demand.osl,
+                    hit_rate=demand.hit_rate,
+                    isl_std=sd * spread.grid(),
+                    osl_std=demand.osl_std,
+                )
+                ctx = self.context
+                predicted = prefill_ttft_quantile(
+                    ctx.model,
+                    ctx.gpu,
+                    ctx.link,
+                    workload,
+                    self._slo,
+                    instances=pool.ready,
+                    quantile=CALIBRATION_QUANTILE,
+                    pools=self._pools,
+                    measured=measured,
+                )
+                target = spread.target(ttft, predicted)
+                details["prompt_spread_target"] = target
+                details["ttft_p90_model_seconds"] = float(predicted[-1])
+        spread.update(time_s, target)
+        if spread.factor < 1:
+            details["prompt_spread_factor"] = spread.factor
+            reasons.append("PromptSpreadFromMeasuredTtft")
 
     def _decode_on_held_sessions(
         self,
