@@ -688,6 +688,28 @@ def _prefill_pool(
     return _Prefill(load, instances, binding, utilisation, wait + ttft_floor, ttft_floor)
 
 
+def _handoff_and_decode(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    link: LinkSpec,
+    workload: Workload,
+    slo: Slo,
+    *,
+    pools: PoolConfig,
+    measured: DecodeMeasurement | None,
+) -> tuple[dict[str, FloatArray], _Handoff, _Decode]:
+    """The workload as arrays, the KV handoff and the decode pool: what prefill's TTFT depends on."""
+    w = {
+        name: np.asarray(getattr(workload, name), np.float64)
+        for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
+    }
+    handoff = _handoff(model, gpu, link, w, pools)
+    decode = _decode_pool(
+        model, gpu, w, slo, pools, transfer=handoff.transfer, measured=measured or DecodeMeasurement()
+    )
+    return w, handoff, decode
+
+
 def prefill_ttft_quantile(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -709,14 +731,7 @@ def prefill_ttft_quantile(
     """
     _quantile("quantile", quantile)
     pools = pools or PoolConfig()
-    w = {
-        name: np.asarray(getattr(workload, name), np.float64)
-        for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
-    }
-    handoff = _handoff(model, gpu, link, w, pools)
-    decode = _decode_pool(
-        model, gpu, w, slo, pools, transfer=handoff.transfer, measured=measured or DecodeMeasurement()
-    )
+    w, handoff, decode = _handoff_and_decode(model, gpu, link, workload, slo, pools=pools, measured=measured)
     g_p = np.asarray(pools.prefill_gpus, np.float64)
     mean_service, service_cv2 = _prefill_service_moments(model, gpu, w, g_p)
     prompt = w["isl"] + normal_quantile(quantile) * w["isl_std"]
@@ -741,14 +756,7 @@ def size_pools(
     `measured`: what a live decode pool measured (the controller's); a plan from specs alone has none.
     """
     pools = pools or PoolConfig()
-    w = {
-        name: np.asarray(getattr(workload, name), np.float64)
-        for name in ("rate", "isl", "osl", "hit_rate", "isl_std", "osl_std")
-    }
-    handoff = _handoff(model, gpu, link, w, pools)
-    decode = _decode_pool(
-        model, gpu, w, slo, pools, transfer=handoff.transfer, measured=measured or DecodeMeasurement()
-    )
+    w, handoff, decode = _handoff_and_decode(model, gpu, link, workload, slo, pools=pools, measured=measured)
     # The first token waits for one decode step; take it at the batch cap (the slowest step the plan
     # allows) so the prefill size never shrinks when more traffic lowers the operating batch.
     prefill = _prefill_pool(
