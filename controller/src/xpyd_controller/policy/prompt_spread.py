@@ -56,9 +56,9 @@ class SpreadCalibration:
     def update(self, time_s: float, target: float | None) -> None:
         """Move towards `target` (None: an ineligible window, only the clock moves)."""
         last, self._time_s = self._time_s, time_s
+        if target is not None and self.tau_s == 0:
+            self.factor = target
         if target is None or last is None or self.tau_s == 0:
-            if target is not None and self.tau_s == 0:
-                self.factor = target
             return
         tau = self.tau_s / UP_SPEEDUP if target > self.factor else self.tau_s
         weight = 1.0 - math.exp(-max(time_s - last, 0.0) / tau)

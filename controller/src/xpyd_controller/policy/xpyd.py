@@ -675,10 +675,10 @@ class XpydPolicy:
             or not (cap > 0 and concurrency > 0)
         ):
             return floors, down_targets
-        # the average counts a starting instance as empty (as in `_decode_kv_full`)
+        # the average counts a starting instance as empty (as `_decode_kv_at` does)
         instances = pool.ready + pool.starting
         batch = running / (usage * instances) if usage > 0 else cap
-        if usage * instances < threshold * pool.ready or not 0 < batch < cap:
+        if not self._decode_kv_at(observation, threshold) or not 0 < batch < cap:
             return floors, self._down_on_measured_kv(observation, down_targets, details, reasons)
         self._kv_batch = (observation.time_s, batch)
         need = math.ceil(concurrency / batch)
@@ -1024,15 +1024,20 @@ class XpydPolicy:
         return waiting >= 1 and (queue < max(observation.prefill.ready, 1) or prefill_busy < BUSY_SHARE)
 
     def _decode_kv_full(self, observation: Observation) -> bool:
-        """Decode KV usage at `decode_kv_full` or above, over the instances that can hold KV.
+        """Decode KV usage at `decode_kv_full` or above (`_decode_kv_at`)."""
+        return self._decode_kv_at(observation, self.config.decode_kv_full)
+
+    @staticmethod
+    def _decode_kv_at(observation: Observation, share: float) -> bool:
+        """Decode KV usage at `share` or above (0: never), over the instances that can hold KV.
 
         A starting instance holds none yet: where the average counts it as empty, the threshold is
         scaled by the ready share, so one new instance does not hide that the serving ones are full.
         """
-        usage, full, pool = observation.decode_kv_usage, self.config.decode_kv_full, observation.decode
-        if full == 0 or usage is None or not math.isfinite(usage) or pool.ready == 0:
+        usage, pool = observation.decode_kv_usage, observation.decode
+        if share == 0 or usage is None or not math.isfinite(usage) or pool.ready == 0:
             return False
-        return usage >= full * pool.ready / (pool.ready + pool.starting)
+        return usage >= share * pool.ready / (pool.ready + pool.starting)
 
     def _missed(self, measured: float | None, slo: float) -> bool:
         return (
