@@ -15,7 +15,7 @@ from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
-from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy, _DecodeVisits
+from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy
 
 ISL, OSL = 6000.0, 300.0
 
@@ -867,52 +867,6 @@ def test_a_full_decode_kv_sizes_decode_at_the_batch_its_requests_measure_to_hold
     else:
         assert "decode_kv_floor" not in details
         assert details["decode_floor"] == model_floor
-
-
-@pytest.mark.parametrize(
-    ("title", "records", "isl", "rate", "expected"),
-    [
-        ("nothing recorded", [], 500.0, 4.0, 0),
-        ("the largest floor at that prompt length", [(0, 500, 4, 5), (10, 520, 4, 3)], 500.0, 4.0, 5),
-        ("outside the band: another mix", [(0, 600, 4, 5)], 500.0, 4.0, 0),
-        ("scaled down with the rate", [(0, 500, 4, 5)], 500.0, 3.0, 4),  # ceil(3.75)
-        ("never scaled up: rate noise would add an instance", [(0, 500, 4, 5)], 500.0, 4.2, 5),
-        ("older than tau_s: forgotten", [(0, 500, 4, 5), (400, 4000, 4, 2)], 500.0, 4.0, 0),
-    ],
-)
-def test_decode_visits_remember_what_decode_needed_at_a_prompt_length(
-    title: str, records: list[tuple[float, float, float, int]], isl: float, rate: float, expected: int
-) -> None:
-    visits = _DecodeVisits(tau_s=300.0)
-    for time_s, seen, then, need in records:
-        visits.record(time_s, seen, then, need)
-    assert visits.need_at(isl, rate, band=0.1) == expected
-
-
-def test_back_at_an_end_of_the_mix_decode_starts_at_what_its_last_visit_measured() -> None:
-    """The long-answer phase after a swing back starts at what decode's full KV measured the first time
-    (the model, on the answers finished so far, asks for less), not after the KV fills again."""
-    scaler, reference = policy(), policy(decode_measured_kv=0)
-    chat, rag = (
-        dict(mean_input_tokens=CHAT[0], mean_output_tokens=CHAT[1]),
-        dict(mean_input_tokens=RAG[0], mean_output_tokens=RAG[1]),
-    )
-    base = scaler.decide(observe(0, 2, 4, **chat), Limits()).details
-    reference.decide(observe(0, 2, 4, **chat), Limits())
-    full = dict(decode_running=0.5 * base["decode_batch_cap"] * 4, decode_kv_usage=1.0)
-    measured = 0
-    for t in range(15, 90, 15):  # the first visit: decode's KV full at half the model's batch
-        decision = scaler.decide(observe(t, 2, 4, **chat, **full), Limits())
-        reference.decide(observe(t, 2, 4, **chat, **full), Limits())
-        measured = max(measured, int(decision.details["decode_floor"]))
-    for t in range(90, 180, 15):  # the other end
-        for each in (scaler, reference):
-            each.decide(observe(t, 2, 4, **rag), Limits())
-    back = scaler.decide(observe(180, 2, 2, **chat), Limits())  # KV not full yet
-    plain = reference.decide(observe(180, 2, 2, **chat), Limits())
-    assert "DecodeFloorFromLastVisit" in back.reasons
-    assert back.details["decode_visit_floor"] == measured > plain.details["decode_floor"]
-    assert back.decode == measured
 
 
 @pytest.mark.parametrize("value", [0.3, 1.5, -1.0])

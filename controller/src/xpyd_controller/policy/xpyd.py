@@ -279,38 +279,6 @@ class _LengthCoupling:
 
 
 @dataclass
-class _DecodeVisits:
-    """Decode's own floor (the model's, or its measured KV's) per decision over the last `tau_s`, with
-    the prompt length and rate it was sized at: what decode needed the last time the mix was there."""
-
-    tau_s: float
-    _floors: deque[tuple[float, float, float, int]] = field(default_factory=deque)  # time, isl, rate, floor
-
-    def record(self, time_s: float, isl: float, rate: float, floor: int) -> None:
-        self._floors.append((time_s, isl, rate, floor))
-        while self._floors[0][0] < time_s - self.tau_s:
-            self._floors.popleft()
-
-    def need_at(self, isl: float, rate: float, band: float, before_s: float = math.inf) -> int:
-        """The largest floor recorded before `before_s` at a prompt length within `band` of `isl`,
-        scaled down with the rate since (never up: rate noise would add an instance); 0 when none."""
-        return max(
-            (
-                math.ceil(floor * min(1.0, rate / then) - 1e-9)
-                for time_s, seen, then, floor in self._floors
-                if time_s < before_s and then > 0 and abs(seen - isl) <= band * isl
-            ),
-            default=0,
-        )
-
-    def last_at(self, isl: float, band: float) -> float | None:
-        """When a prompt length within `band` of `isl` was last recorded."""
-        return max(
-            (time_s for time_s, seen, _, _ in self._floors if abs(seen - isl) <= band * isl), default=None
-        )
-
-
-@dataclass
 class _Converted:
     taker: int  # the pool that grew
     settled_s: float | None = None  # the first decision after it with neither pool in flight
@@ -350,7 +318,6 @@ class XpydPolicy:
         self._end_floors_of: tuple[_Demand, tuple[int, int]] | None = None  # this decision's `_end_floors`
         self._kv_batch: tuple[float, float] | None = None  # (time, batch) decode's full KV last measured
         self._spread = SpreadCalibration(config.spread_floor, config.spread_calibration_s)
-        self._decode_visits = _DecodeVisits(config.length_smoothing_s)
         self._prefill_ready_since: tuple[int, float] | None = None  # (ready prefill, since when)
 
     def use_gpu(self, gpu: GpuSpec) -> None:
@@ -586,9 +553,6 @@ class XpydPolicy:
         floors = self._decode_within_ends(demand, floors, details, reasons)
         floors, down_targets = self._decode_on_measured_kv(
             observation, floors, down_targets, details, reasons
-        )
-        floors, down_targets = self._decode_at_visited_end(
-            time_s, demand, floors=floors, down_targets=down_targets, details=details, reasons=reasons
         )
         if limits.gpu_budget is not None:
             floors, down_targets = self._decode_on_held_sessions(
@@ -885,9 +849,8 @@ class XpydPolicy:
     def _end_floors(self, demand: _Demand) -> tuple[int, int]:
         """Each pool's model floor at the more demanding of the mix's two ends, at today's rate: the
         far end's prompt spread scaled with its length, the model's decode prediction (this window's
-        decode measurement describes this mix, not that one) or what decode needed when the mix was
-        last at that end, if more (`_DecodeVisits`). Sized once per decision: the decode floor within
-        the ends and the swing headroom both ask for it."""
+        decode measurement describes this mix, not that one). Sized once per decision: the decode
+        floor within the ends and the swing headroom both ask for it."""
         if self._end_floors_of is not None and self._end_floors_of[0] is demand:
             return self._end_floors_of[1]
         far = [0, 0]
@@ -896,57 +859,12 @@ class XpydPolicy:
             end = dataclasses.replace(demand, isl=isl, osl=osl, isl_std=spread, prefill_isl=None)
             plan, _ = self._plan(end, DecodeMeasurement())
             if plan.decode_feasible[0]:
-                visited = self._decode_visits.need_at(isl, demand.rate, self.config.tolerance)
                 far = [
                     max(far[0], int(plan.prefill_instances[0])),
-                    max(far[1], int(plan.decode_instances[0]), visited),
+                    max(far[1], int(plan.decode_instances[0])),
                 ]
         self._end_floors_of = (demand, (far[0], far[1]))
         return far[0], far[1]
-
-    def _decode_at_visited_end(
-        self,
-        time_s: float,
-        demand: _Demand,
-        *,
-        floors: tuple[int, int],
-        down_targets: tuple[int, int],
-        details: dict[str, float],
-        reasons: list[str],
-    ) -> tuple[tuple[int, int], tuple[int, int]]:
-        """At an end of the mix, decode's floor at least what it needed the last time the mix was at
-        that end (within `length_smoothing_s`, scaled down with the rate since).
-
-        The model sizes decode on the answers measured, which trail a swing by a session; what the
-        last visit needed includes what its full KV measured (`_decode_on_measured_kv`). In `make demo`
-        the long-answer phase after a swing back started at the model's 3 decode instances while the
-        first one had measured 5, and waited for decode's KV to fill again. Only a visit before the
-        mix was last at the other end counts (within one stay the down window decides how decode
-        shrinks), and only between two distinct ends. Records each decision's own floor (the model's or
-        the measured KV's, never this rule's: a floor held up only by this memory does not renew it).
-        Reason `DecodeFloorFromLastVisit`, details `decode_visit_floor`.
-        """
-        if not demand.partial and demand.rate > 0:
-            self._decode_visits.record(time_s, demand.isl, demand.rate, floors[1])
-        band = self.config.tolerance
-        if len(demand.ends) != 2 or demand.coupling_r2 is None:
-            return floors, down_targets
-        (low, _), (high, _) = demand.ends
-        if not low * (1 + band) < high * (1 - band):  # one mix: no other end to have come back from
-            return floors, down_targets
-        here, there = (low, high) if abs(demand.isl - low) <= band * low else (high, low)
-        left = self._decode_visits.last_at(there, band)
-        at_end = abs(demand.isl - here) <= band * here
-        need = (
-            self._decode_visits.need_at(here, demand.rate, band, before_s=left)
-            if at_end and left is not None
-            else 0
-        )
-        if need <= floors[1]:
-            return floors, down_targets
-        details["decode_visit_floor"] = details["decode_floor"] = float(need)
-        reasons.append("DecodeFloorFromLastVisit")
-        return (floors[0], need), (down_targets[0], max(down_targets[1], need))
 
     def _decode_within_ends(
         self, demand: _Demand, floors: tuple[int, int], details: dict[str, float], reasons: list[str]
