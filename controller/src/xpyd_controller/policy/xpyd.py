@@ -93,8 +93,8 @@ class XpydConfig(ScalingBehavior):
     length_coupling_r2: float = 0.6
     # 1 = under a GPU budget, GPUs the current mix leaves unused go to the pool the other end of the
     # mix seen over length_smoothing_s would need (a swing then finds capacity, not a drain or a cold
-    # start), and to prefill during the policy's first length_smoothing_s while no ends are known
-    # yet; 0 = off. Needs a budget (and, after the first window, the length coupling's two ends).
+    # start), and to prefill (then decode) while the mix has not shown two ends; 0 = off. Needs a
+    # budget.
     swing_headroom: float = 1.0
     # 1 = prefill is sized on the window's own prompt lengths (counted at arrival: the work prefill
     # sees now), decode on the smoothed ones; 0 = both on the smoothed lengths
@@ -914,12 +914,14 @@ class XpydPolicy:
         model's decode prediction (this window's decode measurement describes this mix, not that one).
 
         Before the mix has shown two ends (a fresh or restarted policy, a mix that has not moved over
-        `length_smoothing_s`) the other end is unknown, and the spare GPUs wait in prefill (reason
-        `PrefillHeadroomForUnseenMix`): a prefill instance is the fastest to hand over (its requests
-        finish within a prefill, where a decode instance first finishes its longest answer), so decode
-        growth takes it by conversion in seconds, and prefill is the pool a swing to longer prompts
-        loads at once (its backlog stays on the instances it was dispatched to). Spread evenly over
-        both pools instead, the demo's first swing still found one prefill instance per two it needed.
+        `length_smoothing_s`) the other end is unknown, and the spare GPUs wait in prefill up to its
+        maximum, then in decode (reason `<Role>HeadroomForUnseenMix`): a prefill instance is the
+        fastest to hand over (its requests finish within a prefill, where a decode instance first
+        finishes its longest answer), so decode growth takes it by conversion in seconds, and prefill
+        is the pool a swing to longer prompts loads at once (its backlog stays on the instances it was
+        dispatched to). Spread evenly over both pools instead, decode's share could not move at the
+        demo's first swing (docs/BENCHMARKS.md). The other pool counts at most at its maximum: a
+        floor above it is not GPUs it will hold.
         """
         budget = limits.gpu_budget
         if not self.config.swing_headroom or budget is None or demand.rate == 0:
@@ -934,7 +936,7 @@ class XpydPolicy:
         gpus = (self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
         for pool in order:
             other = 1 - pool  # the headroom never makes the other pool shrink: it only takes free GPUs
-            holds = max(min(recommended[other], maxima[other]), supply[other])  # (beyond its max: not)
+            holds = max(min(recommended[other], maxima[other]), supply[other])
             room = (budget - holds * gpus[other]) // gpus[pool]
             target = min(far[pool], room, maxima[pool])
             if target > recommended[pool]:
