@@ -151,6 +151,9 @@ def test_auto_scales_from_prometheus_and_holds_when_it_goes_away(
         assert status["inputs"]["meanOutputTokens"] == pytest.approx(traffic.output_tokens, rel=0.01)
         assert status["inputs"]["decodeKvUsage"] == pytest.approx(traffic.kv_usage)
         assert status["predicted"]["ttftSeconds"] > 0 and status["predicted"]["tpotSeconds"] > 0
+        # the stabilisation window, kept for a restarted controller: it holds the growth it decided
+        kept = status["recentRecommendations"]
+        assert kept[-1]["time"] == status["lastDecisionTime"] and max(r["prefill"] for r in kept) > 1
         # the online calibration read decode's mean step (the 30 ms between tokens, through Prometheus's
         # sum/count) as 100 running requests on 1 to 8 decode instances; prefill always had a queue
         mbu, mfu = status["calibration"]["mbu"], status["calibration"]["mfu"]

@@ -339,6 +339,45 @@ def test_idle_traffic_shrinks_the_pools() -> None:  # the control case of the te
     assert record.desired[0] < 6 and record.desired[1] < 6
 
 
+def test_a_new_pdddeployment_shrinks_at_its_first_idle_decision_like_under_the_hpa() -> None:
+    cluster = FakeCluster(pdd(prefill=6, decode=6))
+    loop, _ = controller(cluster, FakeMetrics(IDLE))
+    [record] = loop.run_pass(1000.0)
+    assert record.desired[0] < 6 and record.desired[1] < 6
+
+
+def _grown_then_restarted(keep_window: bool) -> tuple[Controller, tuple[int, int]]:
+    """One controller grows a PDDeployment under load; a second one starts on it as the load goes."""
+    cluster = FakeCluster(pdd())
+    first, _ = controller(cluster, FakeMetrics(BUSY))
+    [grown] = first.run_pass(1000.0)
+    [kept] = cluster.autoscaler("web")["recentRecommendations"]  # before the rate limit: maybe more
+    assert kept["time"] == "1970-01-01T00:16:40Z"
+    assert kept["prefill"] >= grown.desired[0] > 1 and kept["decode"] >= grown.desired[1] > 1
+    if not keep_window:
+        del cluster.autoscaler("web")["recentRecommendations"]
+    second, _ = controller(cluster, FakeMetrics(IDLE))
+    return second, grown.desired
+
+
+def test_a_restarted_controller_continues_the_window_kept_in_status() -> None:
+    restarted, grown = _grown_then_restarted(keep_window=True)
+    [held] = restarted.run_pass(1290.0)  # 1000 s's recommendation is still in the 300 s window
+    assert held.desired == grown and "PrefillScaleDownStabilized" in held.decision.reasons
+    [shrunk] = restarted.run_pass(1301.0)  # it has left the window: the idle recommendations rule
+    assert shrunk.desired[0] < grown[0] and shrunk.desired[1] < grown[1]
+
+
+def test_a_restarted_controller_without_the_window_holds_what_it_finds_for_a_window() -> None:
+    restarted, grown = _grown_then_restarted(keep_window=False)
+    [held] = restarted.run_pass(1290.0)
+    assert held.desired == grown
+    [still] = restarted.run_pass(1580.0)  # 290 s after its own first decision
+    assert still.desired == grown
+    [shrunk] = restarted.run_pass(1590.0)  # a full window after it
+    assert shrunk.desired[0] < grown[0] and shrunk.desired[1] < grown[1]
+
+
 @pytest.mark.parametrize("corrupt", [1e308, math.inf, -math.inf, math.nan, -5.0])
 def test_an_implausible_value_never_shrinks_a_pool_nor_reaches_the_status(corrupt: float) -> None:
     cluster = FakeCluster(pdd(prefill=6, decode=6, **SHRINKING))
@@ -363,7 +402,7 @@ def test_a_policy_answer_that_is_not_a_whole_number_in_range_is_held() -> None:
     cluster = FakeCluster(pdd(prefill=3, decode=3))
     loop, _ = controller(cluster, FakeMetrics(BUSY))
     tracked_policy = Wild()
-    loop._policy = lambda pdd, tracked: tracked_policy  # type: ignore[method-assign]
+    loop._policy = lambda pdd, body, tracked, now: tracked_policy  # type: ignore[method-assign]
     [record] = loop.run_pass(1000.0)
     assert record.desired == (3, 3) and cluster.replica_writes == []
     status = cluster.autoscaler("web")

@@ -6,8 +6,13 @@ from typing import Any
 
 import pytest
 
-from xpyd_controller.control.status import DecisionRecord, render_autoscaler, replacing_patch
-from xpyd_controller.policy.types import Decision, Observation, PoolState
+from xpyd_controller.control.status import (
+    DecisionRecord,
+    kept_recommendations,
+    render_autoscaler,
+    replacing_patch,
+)
+from xpyd_controller.policy.types import Decision, Observation, PoolState, Recommended
 
 OBS = Observation(
     time_s=1_700_000_000.0,
@@ -87,3 +92,46 @@ def test_held_decision_says_why() -> None:
 )
 def test_replacing_patch(current: dict[str, Any] | None, new: dict[str, Any], patch: dict[str, Any]) -> None:
     assert replacing_patch(current, new) == patch
+
+
+NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+
+
+def kept(time: object = "2023-11-14T22:12:20Z", prefill: object = 3, decode: object = 4) -> dict[str, Any]:
+    return {"time": time, "prefill": prefill, "decode": decode}
+
+
+def test_the_stabilisation_window_round_trips_through_status() -> None:
+    window = (Recommended(NOW - 60, 3, 4), Recommended(NOW, 2, 5))
+    status = render_autoscaler(record(recent=window))
+    assert status["recentRecommendations"] == [kept(), kept("2023-11-14T22:13:20Z", 2, 5)]
+    assert kept_recommendations(status, NOW + 10, 300.0) == list(window)
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        ([kept("2023-11-14T22:13:20Z", 2, 5), kept()], [(NOW - 60, 3, 4), (NOW, 2, 5)]),  # sorted
+        ([kept("2023-11-14T22:00:00Z"), kept()], [(NOW - 60, 3, 4)]),  # older than the window: dropped
+        ([kept("2023-11-14T22:00:00Z")], None),  # all of it older: the window is lost
+        ([], None),
+        ("3,4", None),
+        ([kept("2023-11-14T22:20:00Z")], None),  # ahead of now by more than clock skew
+        ([kept("yesterday")], None),
+        ([kept(prefill=-1)], None),
+        ([kept(decode=2.5)], None),
+        ([kept(prefill=True)], None),
+        ([kept(), "3"], None),  # one malformed entry discards the lot
+        ([kept()] * 1001, None),
+    ],
+)
+def test_a_kept_window_is_used_only_when_it_is_whole_and_recent(
+    entries: object, expected: list[tuple[float, int, int]] | None
+) -> None:
+    found = kept_recommendations({"recentRecommendations": entries}, NOW, 300.0)
+    assert found == (expected if expected is None else [Recommended(*e) for e in expected])
+
+
+def test_no_autoscaler_status_keeps_no_window() -> None:
+    assert kept_recommendations(None, NOW, 300.0) is None
+    assert kept_recommendations({"lastDecisionTime": "2023-11-14T22:13:20Z"}, NOW, 300.0) is None

@@ -14,7 +14,7 @@ from xpyd_controller.policy.layers import (
     Stabilizer,
     enforce_limits,
 )
-from xpyd_controller.policy.types import Limits, PoolState
+from xpyd_controller.policy.types import Limits, PoolState, Recommended
 
 
 @pytest.mark.parametrize(
@@ -48,8 +48,6 @@ def test_stabilizer_zero_up_window(
         ),
         # the same recommendations without the fall wait out the window
         ([(0, 8, 8), (301, 8, 8), (316, 8, 6, False)], [(8, ""), (8, ""), (8, "ScaleDownStabilized")]),
-        # the fleet found at the first call still holds for its window, falling or not
-        ([(0, 8, 8), (15, 8, 4, True)], [(8, ""), (8, "ScaleDownStabilized")]),
     ],
 )
 def test_stabilizer_skips_the_down_window_on_a_falling_load(
@@ -59,6 +57,46 @@ def test_stabilizer_skips_the_down_window_on_a_falling_load(
     assert [
         stabilizer.apply(*step[:3], falling=len(step) > 3 and bool(step[3])) for step in steps
     ] == expected
+
+
+def test_a_new_stabilizer_trusts_its_first_recommendation_like_the_hpa() -> None:
+    assert Stabilizer(up_window_s=0.0, down_window_s=300.0).apply(0, 8, 4) == (4, "")
+
+
+def test_a_restarted_stabilizer_holds_the_count_it_finds_for_a_window_falling_or_not() -> None:
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    stabilizer.apply(0, 2, 2)
+    stabilizer.forget()
+    assert stabilizer.apply(1000, 8, 4, falling=True) == (8, "ScaleDownStabilized")
+    assert stabilizer.apply(1299, 8, 4) == (8, "ScaleDownStabilized")
+    assert stabilizer.apply(1300, 8, 4) == (4, "")
+
+
+def test_a_resumed_stabilizer_continues_the_window_it_is_given() -> None:
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    stabilizer.resume([(100, 6), (0, 8)])
+    assert stabilizer.apply(200, 8, 4) == (8, "ScaleDownStabilized")
+    assert stabilizer.apply(301, 8, 4) == (6, "ScaleDownStabilized")  # 0 s has left the window
+    assert stabilizer.apply(401, 6, 4) == (4, "")
+    assert stabilizer.recent() == ((200, 4), (301, 4), (401, 4))
+
+
+def test_scaling_layers_hand_their_windows_to_a_new_instance() -> None:
+    behavior = ScalingBehavior(down_instances=10, down_percent=100)
+    first = ScalingLayers(behavior)
+    for time_s, asked in ((0, (6, 5)), (60, (3, 2))):
+        first.apply(time_s, (6, 5), asked, Limits())
+    second = ScalingLayers(behavior)
+    second.resume(first.recent())
+    assert first.recent() == (Recommended(0, 6, 5), Recommended(60, 3, 2))
+    kept = second.apply(120, (6, 5), (2, 2), Limits())
+    assert (kept.prefill, kept.decode) == (6, 5)  # the window still holds 0 s's 6 + 5
+    lost = ScalingLayers(behavior)
+    lost.resume(None)
+    held = lost.apply(120, (6, 5), (2, 2), Limits())
+    assert (held.prefill, held.decode) == (6, 5)
+    fresh = ScalingLayers(behavior).apply(120, (6, 5), (2, 2), Limits())
+    assert (fresh.prefill, fresh.decode) == (2, 2)
 
 
 def test_stabilizer_up_window_needs_a_sustained_rise() -> None:

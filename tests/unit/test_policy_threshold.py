@@ -11,7 +11,7 @@ from tests.unit.policy_context import CONTEXT
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.registry import make_policy
 from xpyd_controller.policy.threshold import ThresholdConfig, ThresholdPolicy
-from xpyd_controller.policy.types import Limits, Observation, PoolState
+from xpyd_controller.policy.types import Limits, Observation, PoolState, Recommended
 
 BASE = Observation(
     time_s=0.0,
@@ -63,6 +63,7 @@ def test_missing_data_never_scales_down_even_after_a_low_reading() -> None:
 
 def test_scale_down_waits_for_the_down_window() -> None:
     policy = ThresholdPolicy(ThresholdConfig())
+    policy.resume([Recommended(-1.0, 4, 4)])  # the window remembers 4 + 4 recommended at -1 s
     decisions = [
         policy.decide(observe(time_s=t, prefill_queue=0.0), Limits()).prefill for t in (0, 150, 299, 300)
     ]

@@ -14,7 +14,7 @@ from tests.unit.policy_context import CONTEXT
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.registry import make_policy
-from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
+from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState, Recommended
 from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy
 
 ISL, OSL = 6000.0, 300.0
@@ -54,6 +54,13 @@ def observe(time_s: float, prefill: int | PoolState, decode: int | PoolState, **
 def policy(**knobs: float) -> XpydPolicy:
     made = make_policy("xpyd", dataclasses.replace(CONTEXT, knobs=knobs))
     assert isinstance(made, XpydPolicy)
+    return made
+
+
+def running(prefill: int, decode: int, **knobs: float) -> XpydPolicy:
+    """A policy whose stabilisation window holds these sizes (recommended at -1 s, before its first call)."""
+    made = policy(**knobs)
+    made.resume([Recommended(-1.0, prefill, decode)])
     return made
 
 
@@ -118,13 +125,13 @@ def test_zero_traffic_is_zero_demand_not_missing_data() -> None:
 
 def test_zero_traffic_from_a_cold_start_needs_no_lengths() -> None:
     idle = policy().decide(observe(0, 1, 1, arrival_rate=0.0, mean_input_tokens=None), Limits(prefill_min=0))
-    assert counts(idle) == (1, 1)  # no demand, and a fresh policy never scales in at once
+    assert counts(idle) == (0, 1)  # no demand: a new policy scales in at once, as far as the limits allow
 
 
 def test_scale_down_is_slow_stabilised_and_rate_limited() -> None:
-    scaler = policy()
     x, y = floor(5.0)
     assert x < 8
+    scaler = running(8, y)
     decisions = [counts(scaler.decide(observe(t, 8, y, arrival_rate=5.0), Limits())) for t in (0, 150, 299)]
     assert decisions == [(8, y)] * 3
     later = scaler.decide(observe(300, 8, y, arrival_rate=5.0), Limits())
@@ -306,7 +313,7 @@ def test_a_single_long_prompt_window_moves_prefill_but_not_the_smoothed_lengths(
 
 def test_a_surplus_pool_releases_instances_for_conversion_at_once() -> None:
     x, y = floor(20.0)
-    decision = policy().decide(observe(0, x - 2, y + 3), Limits())
+    decision = running(x - 2, y + 3).decide(observe(0, x - 2, y + 3), Limits())
     assert decision.prefill == x
     assert decision.decode == y + 1  # two of the three surplus decode instances convert now
     assert "DecodeAboveNeed" in decision.reasons and "DecodeReleasedForConversion" in decision.reasons
@@ -339,6 +346,8 @@ def test_a_pool_keeps_converted_instances_for_a_down_window_after_they_settle_un
 def test_no_release_between_pools_of_different_width() -> None:
     wide = dataclasses.replace(CONTEXT, decode_gpus_per_instance=2)
     scaler = make_policy("xpyd", wide)
+    assert isinstance(scaler, XpydPolicy)
+    scaler.resume([Recommended(-1.0, 1, 20)])
     decision = scaler.decide(observe(0, 1, 20), Limits())
     assert decision.decode == 20  # the down window holds; nothing could be converted anyway
     assert not any("ReleasedForConversion" in reason for reason in decision.reasons)
@@ -361,7 +370,7 @@ def test_a_pool_inside_its_band_releases_down_to_its_floor_when_the_other_grows(
 def test_under_a_spent_gpu_budget_the_growing_pool_gets_what_the_other_releases() -> None:
     x, y = floor(20.0)
     budget = Limits(gpu_budget=x + y + 1)  # spent: prefill one below its floor, decode two above
-    decision = policy().decide(observe(0, x - 1, y + 2), budget)
+    decision = running(x - 1, y + 2).decide(observe(0, x - 1, y + 2), budget)
     assert counts(decision) == (x, y + 1)  # decode gives one instance; prefill takes it, by conversion
     assert "DecodeReleasedForConversion" in decision.reasons
     assert decision.binding == "gpu_budget"

@@ -3,7 +3,9 @@ the policy, apply. All I/O goes through three small ports (Protocols), so this i
 driven live by the Kubernetes and Prometheus adapters.
 
 One policy instance per PDDeployment uid keeps its stabilisation windows across passes; it is rebuilt
-only when the spec's model, hardware, SLOs or autoscaling knobs change. When no signal has data
+only when the spec's model, hardware, SLOs or autoscaling knobs change. The window's recommendations
+are also kept in status, so a restarted controller continues it; a rebuilt policy, or one whose window
+was lost, holds the fleet it finds for a window; a PDDeployment never decided before starts fresh. When no signal has data
 (Prometheus unreachable, or no series match) the decision holds: desired stays what the spec says.
 
 Tenants are isolated: each PDDeployment's decision runs on a worker thread of its own, at most one in
@@ -54,6 +56,7 @@ from xpyd_controller.control.setup import SetupError, calibrated_gpu, gpu_spec, 
 from xpyd_controller.control.status import (
     DecisionRecord,
     calibration_report,
+    kept_recommendations,
     parse_timestamp,
     render_autoscaler,
     replacing_patch,
@@ -64,7 +67,7 @@ from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyContext, Recalibrable
 from xpyd_controller.policy.limits import LimitsError
 from xpyd_controller.policy.registry import make_policy
-from xpyd_controller.policy.types import Decision, Limits, Policy
+from xpyd_controller.policy.types import Decision, Limits, Policy, Resumable
 
 logger = logging.getLogger(__name__)
 
@@ -236,13 +239,16 @@ class Controller:
             logger.exception("decision for %s/%s failed", pdd.namespace, pdd.name)
             return None
 
-    def _policy(self, pdd: PDDeployment, tracked: _Tracked) -> Policy:
+    def _policy(self, pdd: PDDeployment, body: dict[str, Any], tracked: _Tracked, now: float) -> Policy:
         context = policy_context(pdd.spec)
         if tracked.policy is None or tracked.context is None or not _same_setup(tracked.context, context):
             if tracked.context is None or not _same_hardware(tracked.context, context):
                 tracked.calibration, tracked.gpu_in_use = OnlineCalibration(), None
+            rebuilt = tracked.policy is not None
             tracked.policy = make_policy(self.settings.policy, context)
             tracked.context = context
+            if isinstance(tracked.policy, Resumable):
+                _resume(tracked.policy, pdd, body, now, rebuilt)
             if tracked.gpu_in_use is not None and isinstance(tracked.policy, Recalibrable):
                 tracked.policy.use_gpu(tracked.gpu_in_use)
         return tracked.policy
@@ -282,7 +288,7 @@ class Controller:
             if refused:
                 field = "spec.autoscaling.prometheus.url"
                 raise SetupError(field, url, refused, message=f"{field}: {refused}")
-            policy = self._policy(pdd, tracked)
+            policy = self._policy(pdd, body, tracked, now)
         except InputError as error:  # a preset, an override or a policy knob the spec got wrong
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
             self._report_problem(pdd, body, tracked, message, now)
@@ -353,6 +359,7 @@ class Controller:
                 stated_gpu,
                 spec.hardware,
             ),
+            recent=policy.recent_recommendations() if isinstance(policy, Resumable) else (),
         )
         record = self._apply(pdd, tracked, record)
         autoscaler = render_autoscaler(record)
@@ -476,6 +483,19 @@ class Controller:
             self.cluster.post_event(pdd, EVENT_INVALID, message, warning=True)
             tracked.problem = message
         tracked.policy = tracked.context = None
+
+
+def _resume(policy: Resumable, pdd: PDDeployment, body: dict[str, Any], now: float, rebuilt: bool) -> None:
+    """Give a new policy its stabilisation window: the one status kept, when this controller starts on a
+    PDDeployment decided before; none (hold what is found for a window) when that is lost or the policy
+    was rebuilt for a new spec; nothing on a PDDeployment never decided (its first recommendation counts,
+    as with the HPA)."""
+    recorded = (body.get("status") or {}).get("autoscaler")
+    if rebuilt:
+        policy.resume(None)
+    elif isinstance(recorded, dict) and recorded.get("lastDecisionTime") is not None:
+        window_s = pdd.spec.autoscaling.scale_down_window_seconds
+        policy.resume(kept_recommendations(recorded, now, window_s))
 
 
 def _whole(value: object, low: int, high: int) -> bool:

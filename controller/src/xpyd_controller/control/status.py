@@ -2,6 +2,8 @@
 
 Every field is written on every decision, null when unknown (which a merge patch turns into "absent"), so
 no stale number of an older decision survives; `missingData` names the inputs that had no data.
+`recentRecommendations` keeps the policy's stabilisation window, so that a restarted controller
+continues it instead of holding the fleet it finds for a whole window (`kept_recommendations`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from typing import Any
 from xpyd_api.models import HardwareSpec
 from xpyd_controller.model.calibration import Fitted, OnlineCalibration
 from xpyd_controller.model.specs import GpuSpec
-from xpyd_controller.policy.types import Decision, Observation, PoolState
+from xpyd_controller.policy.types import Decision, Observation, PoolState, Recommended
+
+KEY_RECENT = "recentRecommendations"
+MAX_RECENT = 1000  # more entries than any window at the shortest interval holds: not ours, ignored
+FUTURE_SLACK_S = 60.0  # clock skew between controllers a kept time may show
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class DecisionRecord:
     note: str = ""  # why data was missing (Prometheus unreachable, a query rejected), if known
     decider: str = ""  # identity of the controller that decided (another one's means two are deciding)
     calibration: Mapping[str, Any] | None = None  # status.autoscaler.calibration (calibration_report)
+    recent: Sequence[Recommended] = ()  # the policy's stabilisation window after this decision
 
 
 def timestamp(epoch: float) -> str:
@@ -122,7 +129,37 @@ def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
         },
         "details": {key: _number(value) for key, value in sorted(details.items())},
         "calibration": dict(record.calibration) if record.calibration is not None else None,
+        KEY_RECENT: [
+            {"time": timestamp(r.time_s), "prefill": r.prefill, "decode": r.decode} for r in record.recent
+        ],
     }
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
+        return None
+    return value
+
+
+def kept_recommendations(autoscaler: object, now: float, window_s: float) -> list[Recommended] | None:
+    """The stabilisation window a controller kept in `status.autoscaler`: its recommendations of the last
+    `window_s`, oldest first. None when the window is lost: nothing kept, all of it older, or anything
+    malformed (a time that is no timestamp or lies ahead, a count that is no whole number) — status is
+    only evidence, and the caller then holds the fleet it finds for a window rather than trust it."""
+    entries = autoscaler.get(KEY_RECENT) if isinstance(autoscaler, Mapping) else None
+    if not isinstance(entries, list) or len(entries) > MAX_RECENT:
+        return None
+    kept = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            return None
+        time_s = parse_timestamp(str(entry.get("time")))
+        prefill, decode = _count(entry.get("prefill")), _count(entry.get("decode"))
+        if time_s is None or time_s > now + FUTURE_SLACK_S or prefill is None or decode is None:
+            return None
+        if time_s >= now - window_s:
+            kept.append(Recommended(time_s, prefill, decode))
+    return sorted(kept, key=lambda r: r.time_s) or None
 
 
 def replacing_patch(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.limits import clamp
-from xpyd_controller.policy.types import Limits, PoolState
+from xpyd_controller.policy.types import Limits, PoolState, Recommended
 
 
 @dataclass
@@ -21,22 +22,39 @@ class Stabilizer:
     """HPA stabilisation: scale up to the *smallest* recommendation of the last `up_window_s`, down to
     the *largest* of the last `down_window_s`. Short up window = fast up; long down window = slow down.
 
-    The count found at the first call counts as a recommendation for the down window, so a (re)started
-    policy never scales in before it has watched a full window. On a `falling` load the down window is
+    A new policy trusts its first recommendation, as the HPA does. One that was restarted without its
+    window's recommendations (`forget`) counts the count it finds at its next call as one for a full
+    window, so it never scales in before it has watched a window; given them back (`resume`, from the
+    PDDeployment's status) it simply continues the window. On a `falling` load the down window is
     skipped (the larger recommendations of the window describe a load that has gone and, by the
-    forecast, does not come back within it); the first count still holds for its window.
+    forecast, does not come back within it); a held found count still holds for its window.
     """
 
     up_window_s: float
     down_window_s: float
     _history: deque[tuple[float, int]] = field(default_factory=deque)
-    _first: tuple[float, int] | None = None
+    _hold_found: bool = False
+    _found: tuple[float, int] | None = None
+
+    def forget(self) -> None:
+        """Restarted without the window's recommendations: the next call's found count stands in."""
+        self._history.clear()
+        self._hold_found, self._found = True, None
+
+    def resume(self, recent: Iterable[tuple[float, int]]) -> None:
+        """Continue a window whose recommendations (time, count) were kept elsewhere."""
+        self._history = deque(sorted(recent))
+        self._hold_found, self._found = False, None
+
+    def recent(self) -> tuple[tuple[float, int], ...]:
+        """The (time, recommendation) pairs the next call can still use, oldest first."""
+        return tuple(self._history)
 
     def apply(
         self, time_s: float, current: int, recommended: int, *, falling: bool = False
     ) -> tuple[int, str]:
-        if self._first is None:
-            self._first = (time_s, current)
+        if self._hold_found and self._found is None:
+            self._found = (time_s, current)
         self._history.append((time_s, recommended))
         horizon = time_s - max(self.up_window_s, self.down_window_s)
         while self._history and self._history[0][0] < horizon:
@@ -44,8 +62,8 @@ class Stabilizer:
         up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
         down_since = time_s if falling else time_s - self.down_window_s
         down_candidates = [count for t, count in self._history if t >= down_since]
-        if time_s - self._first[0] < self.down_window_s:
-            down_candidates.append(self._first[1])
+        if self._found is not None and time_s - self._found[0] < self.down_window_s:
+            down_candidates.append(self._found[1])
         down = max(down_candidates)
         result = up if up > current else down if down < current else current
         if result == recommended:
@@ -207,6 +225,19 @@ class ScalingLayers:
         self._stabilizers = [Stabilizer(behavior.up_window_s, behavior.down_window_s) for _ in self.ROLES]
         self._limiters = [RateLimiter(behavior) for _ in self.ROLES]
 
+    def recent(self) -> tuple[Recommended, ...]:
+        """The stabilisation windows' recommendations (both pools are stabilised at the same times)."""
+        prefill, decode = (stabilizer.recent() for stabilizer in self._stabilizers)
+        return tuple(Recommended(t, p, d) for (t, p), (_, d) in zip(prefill, decode, strict=True))
+
+    def resume(self, recent: Sequence[Recommended] | None) -> None:
+        """Continue the windows from `recent`; `None`: they are lost, hold what is found for a window."""
+        for index, stabilizer in enumerate(self._stabilizers):
+            if recent is None:
+                stabilizer.forget()
+            else:
+                stabilizer.resume((r.time_s, (r.prefill, r.decode)[index]) for r in recent)
+
     def apply(
         self,
         time_s: float,
@@ -242,3 +273,15 @@ class ScalingLayers:
         reasons.extend(last.reasons)
         bound = "gpu_budget" if any("GpuBudget" in r for r in reasons) else bounded.binding
         return Layered(last.prefill, last.decode, tuple(r for r in reasons if r), bound)
+
+
+class LayeredPolicy:
+    """`Resumable` for the policies that stack `ScalingLayers` (as their `_layers`)."""
+
+    _layers: ScalingLayers
+
+    def recent_recommendations(self) -> tuple[Recommended, ...]:
+        return self._layers.recent()
+
+    def resume(self, recent: Sequence[Recommended] | None) -> None:
+        self._layers.resume(recent)

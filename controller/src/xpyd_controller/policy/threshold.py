@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from xpyd_controller.policy.context import PolicyContext, configure
-from xpyd_controller.policy.layers import ScalingBehavior, require_in
+from xpyd_controller.policy.layers import LayeredPolicy, ScalingBehavior, require_in
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
 
@@ -59,7 +59,7 @@ def _zero_if_idle(value: float | None, observation: Observation) -> float | None
     return 0.0 if value is None and observation.arrival_rate == 0.0 else value
 
 
-class ThresholdPolicy:
+class ThresholdPolicy(LayeredPolicy):
     name = "threshold"
 
     def __init__(self, config: ThresholdConfig, prefill_gpus: int = 1, decode_gpus: int = 1) -> None:

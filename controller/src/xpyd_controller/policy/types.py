@@ -7,8 +7,9 @@ query); zero traffic is reported as 0.0, never as None.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,23 @@ class Policy(Protocol):
     name: str
 
     def decide(self, observation: Observation, limits: Limits) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """One decision's recommendation for both pools before stabilisation: what a stabilisation window
+    remembers (the controller keeps the window's in status, so that a restart continues it)."""
+
+    time_s: float
+    prefill: int
+    decode: int
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A policy whose stabilisation windows can be read out and given back to a new instance."""
+
+    def recent_recommendations(self) -> tuple[Recommended, ...]: ...
+
+    def resume(self, recent: Sequence[Recommended] | None) -> None:
+        """Continue from `recent`; `None` when they are lost (a restart that must watch a window first)."""

@@ -47,7 +47,13 @@ from xpyd_controller.model.sizing import (
 from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyConfigError, PolicyContext, configure
 from xpyd_controller.policy.forecast import RateForecast
-from xpyd_controller.policy.layers import InFlightGuard, ScalingBehavior, enforce_limits, require_in
+from xpyd_controller.policy.layers import (
+    InFlightGuard,
+    LayeredPolicy,
+    ScalingBehavior,
+    enforce_limits,
+    require_in,
+)
 from xpyd_controller.policy.lead_times import COLD_START, CONVERSION, LeadTimes
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.prompt_spread import CALIBRATION_QUANTILE, SpreadCalibration
@@ -284,7 +290,7 @@ class _Converted:
     settled_s: float | None = None  # the first decision after it with neither pool in flight
 
 
-class XpydPolicy:
+class XpydPolicy(LayeredPolicy):
     name = "xpyd"
 
     def __init__(self, context: PolicyContext, config: XpydConfig) -> None:
