@@ -378,6 +378,22 @@ def test_a_restarted_controller_without_the_window_holds_what_it_finds_for_a_win
     assert shrunk.desired[0] < grown[0] and shrunk.desired[1] < grown[1]
 
 
+def test_a_controller_taking_over_continues_the_window_of_the_one_before() -> None:
+    cluster = FakeCluster(pdd())
+
+    def named(identity: str, answers: Mapping[Signal, float | None]) -> Controller:
+        metrics = FakeMetrics(answers)
+        return Controller(
+            cluster, lambda url: metrics, FakeTelemetry(), Settings(window_s=30, identity=identity)
+        )
+
+    later = named("b", IDLE)
+    later.run_pass(0.0)  # b decided once, long ago: its own window has nothing left in it
+    [grown] = named("a", BUSY).run_pass(1000.0)
+    [held] = later.run_pass(1100.0)  # a is gone; b decides again, inside a's window
+    assert held.desired == grown.desired and "PrefillScaleDownStabilized" in held.decision.reasons
+
+
 @pytest.mark.parametrize("corrupt", [1e308, math.inf, -math.inf, math.nan, -5.0])
 def test_an_implausible_value_never_shrinks_a_pool_nor_reaches_the_status(corrupt: float) -> None:
     cluster = FakeCluster(pdd(prefill=6, decode=6, **SHRINKING))

@@ -4,8 +4,9 @@ driven live by the Kubernetes and Prometheus adapters.
 
 One policy instance per PDDeployment uid keeps its stabilisation windows across passes; it is rebuilt
 only when the spec's model, hardware, SLOs or autoscaling knobs change. The window's recommendations
-are also kept in status, so a restarted controller continues it; a rebuilt policy, or one whose window
-was lost, holds the fleet it finds for a window; a PDDeployment never decided before starts fresh. When no signal has data
+are also kept in status, so a restarted controller, or one taking over from another, continues it; a
+rebuilt policy, or one whose window was lost, holds the fleet it finds for a window; a PDDeployment
+never decided before starts fresh. When no signal has data
 (Prometheus unreachable, or no series match) the decision holds: desired stays what the spec says.
 
 Tenants are isolated: each PDDeployment's decision runs on a worker thread of its own, at most one in
@@ -248,10 +249,31 @@ class Controller:
             tracked.policy = make_policy(self.settings.policy, context)
             tracked.context = context
             if isinstance(tracked.policy, Resumable):
-                _resume(tracked.policy, pdd, body, now, rebuilt)
+                self._resume(tracked.policy, pdd, body, now, rebuilt=rebuilt)
+        elif isinstance(tracked.policy, Resumable):
+            self._resume(tracked.policy, pdd, body, now, rebuilt=False)
             if tracked.gpu_in_use is not None and isinstance(tracked.policy, Recalibrable):
                 tracked.policy.use_gpu(tracked.gpu_in_use)
         return tracked.policy
+
+    def _resume(
+        self, policy: Resumable, pdd: PDDeployment, body: dict[str, Any], now: float, *, rebuilt: bool
+    ) -> None:
+        """Give the policy the stabilisation window status kept when the last decision there is not its
+        own: a PDDeployment decided before this controller started, or by the leader it takes over
+        from. None (hold what is found for a window) when that window is lost or the policy was
+        rebuilt for a new spec. Nothing on a PDDeployment never decided (its first recommendation
+        counts, as with the HPA) or one whose last decision was this policy's."""
+        if rebuilt:
+            policy.resume(None)
+            return
+        recorded = (body.get("status") or {}).get("autoscaler")
+        if not isinstance(recorded, dict) or recorded.get("lastDecisionTime") is None:
+            return
+        ours = (recorded.get("decider") or "") == self.settings.identity
+        if not ours or not policy.recent_recommendations():
+            window_s = pdd.spec.autoscaling.scale_down_window_seconds
+            policy.resume(kept_recommendations(recorded, now, window_s))
 
     def _calibrate(self, pdd: PDDeployment, tracked: _Tracked, policy: Policy, window: LiveWindow) -> None:
         """One window's readings into the deployment's calibration; a policy that can re-size with
@@ -483,19 +505,6 @@ class Controller:
             self.cluster.post_event(pdd, EVENT_INVALID, message, warning=True)
             tracked.problem = message
         tracked.policy = tracked.context = None
-
-
-def _resume(policy: Resumable, pdd: PDDeployment, body: dict[str, Any], now: float, rebuilt: bool) -> None:
-    """Give a new policy its stabilisation window: the one status kept, when this controller starts on a
-    PDDeployment decided before; none (hold what is found for a window) when that is lost or the policy
-    was rebuilt for a new spec; nothing on a PDDeployment never decided (its first recommendation counts,
-    as with the HPA)."""
-    recorded = (body.get("status") or {}).get("autoscaler")
-    if rebuilt:
-        policy.resume(None)
-    elif isinstance(recorded, dict) and recorded.get("lastDecisionTime") is not None:
-        window_s = pdd.spec.autoscaling.scale_down_window_seconds
-        policy.resume(kept_recommendations(recorded, now, window_s))
 
 
 def _whole(value: object, low: int, high: int) -> bool:
