@@ -371,7 +371,7 @@ def test_a_restarted_controller_continues_the_window_kept_in_status() -> None:
 def test_a_restarted_controller_without_the_window_holds_what_it_finds_for_a_window() -> None:
     restarted, grown = _grown_then_restarted(keep_window=False)
     [held] = restarted.run_pass(1290.0)
-    assert held.desired == grown
+    assert held.desired == grown and "PrefillScaleDownHeldAfterRestart" in held.decision.reasons
     [still] = restarted.run_pass(1580.0)  # 290 s after its own first decision
     assert still.desired == grown
     [shrunk] = restarted.run_pass(1590.0)  # a full window after it

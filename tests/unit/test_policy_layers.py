@@ -67,8 +67,8 @@ def test_a_restarted_stabilizer_holds_the_count_it_finds_for_a_window_falling_or
     stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
     stabilizer.apply(0, 2, 2)
     stabilizer.forget()
-    assert stabilizer.apply(1000, 8, 4, falling=True) == (8, "ScaleDownStabilized")
-    assert stabilizer.apply(1299, 8, 4) == (8, "ScaleDownStabilized")
+    assert stabilizer.apply(1000, 8, 4, falling=True) == (8, "ScaleDownHeldAfterRestart")
+    assert stabilizer.apply(1299, 8, 4) == (8, "ScaleDownHeldAfterRestart")
     assert stabilizer.apply(1300, 8, 4) == (4, "")
 
 

@@ -61,14 +61,14 @@ class Stabilizer:
             self._history.popleft()
         up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
         down_since = time_s if falling else time_s - self.down_window_s
-        down_candidates = [count for t, count in self._history if t >= down_since]
-        if self._found is not None and time_s - self._found[0] < self.down_window_s:
-            down_candidates.append(self._found[1])
-        down = max(down_candidates)
-        result = up if up > current else down if down < current else current
+        down = max(count for t, count in self._history if t >= down_since)
+        found = self._found[1] if self._found and time_s - self._found[0] < self.down_window_s else 0
+        result = up if up > current else max(down, found) if max(down, found) < current else current
         if result == recommended:
             return result, ""
-        return result, "ScaleUpStabilized" if recommended > current else "ScaleDownStabilized"
+        if recommended > current:
+            return result, "ScaleUpStabilized"
+        return result, "ScaleDownHeldAfterRestart" if found > down else "ScaleDownStabilized"
 
 
 def require_in(
