@@ -29,6 +29,10 @@ from xpyd_operator.core import render
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
 
 EXAMPLES = 1000
+# Accepted specs needed for the run to say anything about the model: a floor against a generator that
+# stops producing valid specs (a schema change), not a share to hit. The derandomized run has read
+# 224 (7cf917d), then 197 and more than 200 on the same tree on one day, unseeded runs 180-303.
+MIN_ACCEPTED = 150
 SMALL = 2  # most items / properties one generated list or map gets (keeps requests small and fast)
 # Keys of maps (resources, nodeSelector, matchLabels), some valid for each map and some not; the schema's
 # CEL rules decide, the generator only offers.
@@ -264,5 +268,5 @@ def test_accepted_specs_parse_and_render_accepted_objects(kube_cluster: LocalClu
         f"{len(tally.mismatches)} mismatches"
     )
     assert tally.generated >= EXAMPLES
-    assert tally.accepted >= EXAMPLES // 5, "too few accepted specs to say anything about the model"
+    assert tally.accepted >= MIN_ACCEPTED, "too few accepted specs to say anything about the model"
     assert not tally.mismatches, "\n\n".join(tally.mismatches[:10])
