@@ -339,11 +339,29 @@ def test_idle_traffic_shrinks_the_pools() -> None:  # the control case of the te
     assert record.desired[0] < 6 and record.desired[1] < 6
 
 
-def test_a_new_pdddeployment_shrinks_at_its_first_idle_decision_like_under_the_hpa() -> None:
+LIGHT = BUSY | {  # 1 req/s of the same requests: one instance per role is plenty
+    Signal.ARRIVAL_RATE: 1.0,
+    Signal.PREFILL_FINISHED_RATE: 1.0,
+    Signal.INPUT_TOKENS_RATE: 2000.0,
+    Signal.OUTPUT_REQUESTS_RATE: 1.0,
+    Signal.OUTPUT_TOKENS_RATE: 1500.0,
+    Signal.PREFIX_QUERIES_RATE: 2000.0,
+    Signal.PREFILL_QUEUE: 0.0,
+    Signal.DECODE_RUNNING: 5.0,
+    Signal.DECODE_KV_USAGE: 0.05,
+}
+
+
+def test_a_new_pdddeployment_keeps_its_sizes_until_its_lengths_settle_then_shrinks() -> None:
     cluster = FakeCluster(pdd(prefill=6, decode=6))
-    loop, _ = controller(cluster, FakeMetrics(IDLE))
-    [record] = loop.run_pass(1000.0)
-    assert record.desired[0] < 6 and record.desired[1] < 6
+    loop, _ = controller(cluster, FakeMetrics(LIGHT))
+    [first] = loop.run_pass(1000.0)
+    assert first.desired == (6, 6) and "DecodeScaleDownHeldWhileInputsSettle" in first.decision.reasons
+    [held] = loop.run_pass(1079.0)  # two p90 decode sessions are 2 × 2000 tokens × 20 ms = 80 s
+    assert held.desired == (6, 6)
+    [settled] = loop.run_pass(1090.0)  # no down window to wait out: the first decision counts
+    assert settled.desired[0] < 6 and settled.desired[1] < 6
+    assert not any("Held" in reason or "Stabilized" in reason for reason in settled.decision.reasons)
 
 
 def _grown_then_restarted(keep_window: bool) -> tuple[Controller, tuple[int, int]]:

@@ -63,6 +63,17 @@ def test_a_new_stabilizer_trusts_its_first_recommendation_like_the_hpa() -> None
     assert Stabilizer(up_window_s=0.0, down_window_s=300.0).apply(0, 8, 4) == (4, "")
 
 
+def test_a_new_stabilizer_holds_what_it_found_while_the_inputs_settle_and_never_again() -> None:
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    assert stabilizer.apply(30, 8, 4, settle_s=80) == (8, "ScaleDownHeldWhileInputsSettle")
+    assert stabilizer.apply(109, 8, 4, settle_s=80) == (8, "ScaleDownHeldWhileInputsSettle")
+    assert stabilizer.apply(110, 8, 4, settle_s=80) == (4, "")  # settled: the window's 4s rule
+    assert stabilizer.apply(120, 4, 3, settle_s=200) == (4, "ScaleDownStabilized")  # never the 8 again
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=60.0)
+    assert stabilizer.apply(0, 8, 4, settle_s=10) == (8, "ScaleDownHeldWhileInputsSettle")
+    assert stabilizer.apply(15, 8, 4, settle_s=10) == (4, "")  # settled: the found 8 is gone for good
+
+
 def test_a_restarted_stabilizer_holds_the_count_it_finds_for_a_window_falling_or_not() -> None:
     stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
     stabilizer.apply(0, 2, 2)

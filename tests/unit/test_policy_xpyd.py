@@ -125,7 +125,7 @@ def test_zero_traffic_is_zero_demand_not_missing_data() -> None:
 
 def test_zero_traffic_from_a_cold_start_needs_no_lengths() -> None:
     idle = policy().decide(observe(0, 1, 1, arrival_rate=0.0, mean_input_tokens=None), Limits(prefill_min=0))
-    assert counts(idle) == (0, 1)  # no demand: a new policy scales in at once, as far as the limits allow
+    assert counts(idle) == (1, 1)  # no demand, but no lengths to trust either: keeps what it found
 
 
 def test_scale_down_is_slow_stabilised_and_rate_limited() -> None:

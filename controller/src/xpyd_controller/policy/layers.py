@@ -22,39 +22,47 @@ class Stabilizer:
     """HPA stabilisation: scale up to the *smallest* recommendation of the last `up_window_s`, down to
     the *largest* of the last `down_window_s`. Short up window = fast up; long down window = slow down.
 
-    A new policy trusts its first recommendation, as the HPA does. One that was restarted without its
-    window's recommendations (`forget`) counts the count it finds at its next call as one for a full
-    window, so it never scales in before it has watched a window; given them back (`resume`, from the
+    The count found at the first call may hold as a recommendation too. A new policy holds it for the
+    `settle_s` its caller says its inputs need (0: the first recommendation counts at once, as with
+    the HPA). One restarted without its window's recommendations (`forget`) holds it for a full down
+    window, so it never scales in before it has watched one; given them back (`resume`, from the
     PDDeployment's status) it simply continues the window. On a `falling` load the down window is
     skipped (the larger recommendations of the window describe a load that has gone and, by the
-    forecast, does not come back within it); a held found count still holds for its window.
+    forecast, does not come back within it); a held found count still holds. Once its time is up it
+    never holds again.
     """
 
     up_window_s: float
     down_window_s: float
     _history: deque[tuple[float, int]] = field(default_factory=deque)
-    _hold_found: bool = False
+    _restarted: bool = False
     _found: tuple[float, int] | None = None
+    _settled: bool = False
 
     def forget(self) -> None:
         """Restarted without the window's recommendations: the next call's found count stands in."""
         self._history.clear()
-        self._hold_found, self._found = True, None
+        self._restarted, self._found, self._settled = True, None, False
 
     def resume(self, recent: Iterable[tuple[float, int]]) -> None:
         """Continue a window whose recommendations (time, count) were kept elsewhere."""
         self._history = deque(sorted(recent))
-        self._hold_found, self._found = False, None
+        self._restarted, self._found, self._settled = False, None, True
 
     def recent(self) -> tuple[tuple[float, int], ...]:
         """The (time, recommendation) pairs the next call can still use, oldest first."""
         return tuple(self._history)
 
     def apply(
-        self, time_s: float, current: int, recommended: int, *, falling: bool = False
+        self,
+        time_s: float,
+        current: int,
+        recommended: int,
+        *,
+        falling: bool = False,
+        settle_s: float = 0.0,
     ) -> tuple[int, str]:
-        if self._hold_found and self._found is None:
-            self._found = (time_s, current)
+        found = self._found_holding(time_s, current, settle_s)
         self._history.append((time_s, recommended))
         horizon = time_s - max(self.up_window_s, self.down_window_s)
         while self._history and self._history[0][0] < horizon:
@@ -62,13 +70,29 @@ class Stabilizer:
         up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
         down_since = time_s if falling else time_s - self.down_window_s
         down = max(count for t, count in self._history if t >= down_since)
-        found = self._found[1] if self._found and time_s - self._found[0] < self.down_window_s else 0
         result = up if up > current else max(down, found) if max(down, found) < current else current
         if result == recommended:
             return result, ""
         if recommended > current:
             return result, "ScaleUpStabilized"
-        return result, "ScaleDownHeldAfterRestart" if found > down else "ScaleDownStabilized"
+        if found > down:
+            return (
+                result,
+                "ScaleDownHeldAfterRestart" if self._restarted else "ScaleDownHeldWhileInputsSettle",
+            )
+        return result, "ScaleDownStabilized"
+
+    def _found_holding(self, time_s: float, current: int, settle_s: float) -> int:
+        """The found count while it holds, else 0."""
+        if self._settled:
+            return 0
+        if self._found is None:
+            self._found = (time_s, current)
+        hold_s = self.down_window_s if self._restarted else settle_s
+        if time_s - self._found[0] >= hold_s:
+            self._settled = True
+            return 0
+        return self._found[1]
 
 
 def require_in(
@@ -247,15 +271,17 @@ class ScalingLayers:
         held: tuple[bool, bool] = (False, False),
         *,
         falling: bool = False,
+        settle_s: float = 0.0,
     ) -> Layered:
         """`current` is each pool's expected supply; a `held` pool keeps it (in-flight guard); on a
-        `falling` load scale-ins skip the down window (`Stabilizer`)."""
+        `falling` load scale-ins skip the down window; a new policy holds the sizes it found for the
+        `settle_s` its inputs need (`Stabilizer`)."""
         reasons: list[str] = []
         stable = []
         for role, stabilizer, now, asked in zip(
             self.ROLES, self._stabilizers, current, recommended, strict=True
         ):
-            count, why = stabilizer.apply(time_s, now, asked, falling=falling)
+            count, why = stabilizer.apply(time_s, now, asked, falling=falling, settle_s=settle_s)
             stable.append(count)
             reasons.append(why and role + why)
         bounded = clamp(stable[0], stable[1], limits, self.prefill_gpus, self.decode_gpus)

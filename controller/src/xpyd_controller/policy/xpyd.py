@@ -512,6 +512,17 @@ class XpydPolicy(LayeredPolicy):
         )
         return plan, 0 if demand.prefill_isl is None else 2
 
+    def _lengths_settle_s(self, observation: Observation) -> float:
+        """How long a new policy keeps the sizes it found. Lengths are measured on completed requests,
+        and right after a fleet starts serving only its short requests have completed: the lengths read
+        short (censored) until it has served about two p90 decode sessions (p90 output tokens × the
+        measured time per output token). At most one down window, which is also the answer when
+        either reading is missing."""
+        p90_output, tpot = observation.p90_output_tokens, observation.tpot_mean_s
+        if p90_output is None or tpot is None:
+            return self.config.down_window_s
+        return min(self.config.down_window_s, 2 * p90_output * tpot)
+
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         validate_limits(limits, self.context.prefill_gpus_per_instance, self.context.decode_gpus_per_instance)
         time_s = observation.time_s
@@ -599,6 +610,7 @@ class XpydPolicy(LayeredPolicy):
                 details=details,
                 reasons=reasons,
             )
+        details["inputs_settle_seconds"] = self._lengths_settle_s(observation)
         layered = self._layers.apply(
             time_s,
             (supply[0], supply[1]),
@@ -606,6 +618,7 @@ class XpydPolicy(LayeredPolicy):
             limits,
             (held[0], held[1]),
             falling=demand.falling is not None and not demand.partial,
+            settle_s=details["inputs_settle_seconds"],
         )
         decided = [layered.prefill, layered.decode]
         if self.context.prefill_gpus_per_instance == self.context.decode_gpus_per_instance:
