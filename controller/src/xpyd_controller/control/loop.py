@@ -262,8 +262,8 @@ class Controller:
         """Give the policy the stabilisation window status kept when the last decision there is not its
         own: a PDDeployment decided before this controller started, or by the leader it takes over
         from. None (hold what is found for a window) when that window is lost or the policy was
-        rebuilt for a new spec. Nothing on a PDDeployment never decided (its first recommendation
-        counts, as with the HPA) or one whose last decision was this policy's."""
+        rebuilt for a new spec. Nothing on a PDDeployment never decided (the policy holds what it
+        finds while its inputs settle) or one whose last decision was this policy's."""
         if rebuilt:
             policy.resume(None)
             return

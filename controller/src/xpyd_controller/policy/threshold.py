@@ -102,7 +102,14 @@ class ThresholdPolicy(LayeredPolicy):
             observation.prefill.ready + observation.prefill.starting,
             observation.decode.ready + observation.decode.starting,
         )
-        layered = self._layers.apply(observation.time_s, current, (recommended[0], recommended[1]), limits)
+        # Like the HPA, which records the current replicas as its first recommendation of an object.
+        layered = self._layers.apply(
+            observation.time_s,
+            current,
+            (recommended[0], recommended[1]),
+            limits,
+            settle_s=self.config.down_window_s,
+        )
         return Decision(
             prefill=layered.prefill,
             decode=layered.decode,
