@@ -238,6 +238,7 @@ class LoadResult:
     requests: int
     prompt_tokens: int
     ttft_p90_s: float
+    ttft_p75_s: float
     ttft_mean_s: float
     ttft_median_s: float
     ttft_p99_s: float
@@ -646,6 +647,7 @@ def real_stack(log_dir: Path) -> Iterator[RealStack]:
             requests=int(successes.get("count") or 0),
             prompt_tokens=spec.prompt_tokens,
             ttft_p90_s=float(ttft.get("p90", float("nan"))),
+            ttft_p75_s=float(ttft.get("p75", float("nan"))),
             ttft_mean_s=float(ttft.get("mean", float("nan"))),
             ttft_median_s=float(ttft.get("median", float("nan"))),
             ttft_p99_s=float(ttft.get("p99", float("nan"))),
