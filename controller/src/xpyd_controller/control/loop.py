@@ -248,12 +248,12 @@ class Controller:
             rebuilt = tracked.policy is not None
             tracked.policy = make_policy(self.settings.policy, context)
             tracked.context = context
+            if tracked.gpu_in_use is not None and isinstance(tracked.policy, Recalibrable):
+                tracked.policy.use_gpu(tracked.gpu_in_use)
             if isinstance(tracked.policy, Resumable):
                 self._resume(tracked.policy, pdd, body, now, rebuilt=rebuilt)
         elif isinstance(tracked.policy, Resumable):
             self._resume(tracked.policy, pdd, body, now, rebuilt=False)
-            if tracked.gpu_in_use is not None and isinstance(tracked.policy, Recalibrable):
-                tracked.policy.use_gpu(tracked.gpu_in_use)
         return tracked.policy
 
     def _resume(
