@@ -62,6 +62,7 @@ from xpyd_controller.control.status import (
     render_autoscaler,
     replacing_patch,
     timestamp,
+    whole,
 )
 from xpyd_controller.model.calibration import LiveWindow, OnlineCalibration
 from xpyd_controller.model.specs import GpuSpec
@@ -507,10 +508,6 @@ class Controller:
         tracked.policy = tracked.context = None
 
 
-def _whole(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
 def _checked(decision: Decision, pdd: PDDeployment, bounds: Limits, discarded: list[Signal]) -> Decision:
     """The decision, or a hold where it is not usable: a size that is not a whole number within
     [0, maxReplicas·2] is no answer; with inputs discarded, a size below the current one is held."""
@@ -522,7 +519,7 @@ def _checked(decision: Decision, pdd: PDDeployment, bounds: Limits, discarded: l
         (Role.DECODE, decision.decode, bounds.decode_max),
     ):
         size = answer
-        if size is not None and not _whole(size, 0, 2 * max(high, 1)):
+        if size is not None and not whole(size, 0, 2 * max(high, 1)):
             logger.warning("%s/%s: policy answered %s=%r; holding", pdd.namespace, pdd.name, role, size)
             reasons.append(HOLD_BAD_ANSWER)
             size = None

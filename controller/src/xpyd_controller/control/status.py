@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from xpyd_api.models import HardwareSpec
 from xpyd_controller.model.calibration import Fitted, OnlineCalibration
@@ -22,6 +22,7 @@ from xpyd_controller.policy.types import Decision, Observation, PoolState, Recom
 KEY_RECENT = "recentRecommendations"
 MAX_RECENT = 1000  # more entries than any window at the shortest interval holds: not ours, ignored
 FUTURE_SLACK_S = 60.0  # clock skew between controllers a kept time may show
+MAX_COUNT = 1_000_000  # a kept recommendation above this is no count of ours
 
 
 @dataclass(frozen=True)
@@ -135,10 +136,9 @@ def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
     }
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
-        return None
-    return value
+def whole(value: object, low: int, high: int) -> TypeGuard[int]:
+    """A whole number (not a bool) within [low, high]: what a count read back from anywhere must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def kept_recommendations(autoscaler: object, now: float, window_s: float) -> list[Recommended] | None:
@@ -154,8 +154,10 @@ def kept_recommendations(autoscaler: object, now: float, window_s: float) -> lis
         if not isinstance(entry, Mapping):
             return None
         time_s = parse_timestamp(str(entry.get("time")))
-        prefill, decode = _count(entry.get("prefill")), _count(entry.get("decode"))
-        if time_s is None or time_s > now + FUTURE_SLACK_S or prefill is None or decode is None:
+        prefill, decode = entry.get("prefill"), entry.get("decode")
+        if time_s is None or time_s > now + FUTURE_SLACK_S:
+            return None
+        if not (whole(prefill, 0, MAX_COUNT) and whole(decode, 0, MAX_COUNT)):
             return None
         if time_s >= now - window_s:
             kept.append(Recommended(time_s, prefill, decode))

@@ -24,9 +24,10 @@ class Stabilizer:
 
     The count found at the first call may hold as a recommendation too. A new policy holds it for the
     `settle_s` its caller says its inputs need (the HPA's: a down window, since it records the current
-    replicas as its first recommendation; 0: the first recommendation counts at once). One restarted without its window's recommendations (`forget`) holds it for a full down
-    window, so it never scales in before it has watched one; given them back (`resume`, from the
-    PDDeployment's status) it simply continues the window. On a `falling` load the down window is
+    replicas as its first recommendation; 0: the first recommendation counts at once). One restarted
+    without its window's recommendations (`forget`) holds it for a full down window, so it never
+    scales in before it has watched one; given them back (`resume`, from the PDDeployment's status)
+    it simply continues the window. On a `falling` load the down window is
     skipped (the larger recommendations of the window describe a load that has gone and, by the
     forecast, does not come back within it); a held found count still holds. Once its time is up it
     never holds again.
