@@ -32,7 +32,7 @@ def test_a_real_dynamo_row_depends_on_the_simulator_and_the_adapter_not_on_xpyds
     } <= found
     assert (
         not {
-            CONTROLLER + "policy/xpyd.py",
+            CONTROLLER + "policy/xpyd/policy.py",
             CONTROLLER + "policy/registry.py",
             "operator/src/xpyd_api/models.py",
         }
@@ -43,8 +43,8 @@ def test_a_real_dynamo_row_depends_on_the_simulator_and_the_adapter_not_on_xpyds
 def test_a_baselines_row_reads_the_registry_but_not_the_other_policies() -> None:
     static, xpyd = sources("static"), sources("xpyd")
     assert {CONTROLLER + "policy/static.py", CONTROLLER + "policy/registry.py"} <= static
-    assert CONTROLLER + "policy/xpyd.py" not in static
-    assert {CONTROLLER + "policy/xpyd.py", CONTROLLER + "policy/forecast.py"} <= xpyd
+    assert CONTROLLER + "policy/xpyd/policy.py" not in static
+    assert {CONTROLLER + "policy/xpyd/policy.py", CONTROLLER + "policy/forecast.py"} <= xpyd
     assert CONTROLLER + "sim/oracles.py" in sources("oracle-window")
 
 

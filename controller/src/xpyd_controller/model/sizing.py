@@ -589,14 +589,15 @@ def _decode_pool(
     timed_session = predicted_session
     if measured.step_seconds is not None:
         timed_session = held_before_decode + osl * np.maximum(step_at_cap, measured.step_seconds)
-    session = timed_session
+    session, sessions = timed_session, rate * timed_session
     if measured.sessions is not None:
+        # The measured count itself, not rate × (count / rate): a vanishing rate would make that inf × 0.
+        sessions = np.where(rate > 0, np.maximum(sessions, measured.sessions), sessions)
         with np.errstate(divide="ignore", invalid="ignore"):
             session = np.where(rate > 0, np.maximum(timed_session, measured.sessions / rate), timed_session)
     source = SESSION_SOURCES[
         np.where(session > timed_session, 2, np.where(timed_session > predicted_session, 1, 0))
     ]
-    sessions = rate * session
     mean_needed = np.ceil(sessions / np.maximum(batch_cap, 1))
     needed = mean_needed
     if z > 0:

@@ -5,8 +5,10 @@ one 180 s interval ahead (docs/BENCHMARKS.md, load forecasts).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Any
+
+from xpyd_controller.policy.state import JsonMap, maybe_number, number
 
 
 @dataclass
@@ -24,9 +26,6 @@ class RateForecast:
     damping: float = 0.9
     _level: float | None = None
     _slope: float = 0.0  # rate change per second
-    # exponentially weighted mean and mean square of the errors forecasting each sample from the last
-    _error: float = 0.0
-    _error_square: float = 0.0
     _first_s: float = 0.0
     _last_s: float = 0.0
 
@@ -42,24 +41,31 @@ class RateForecast:
         trend_weight = 1 - (1 - self.trend_weight) ** steps
         damped = self.damping**steps * self._slope
         previous = self._level
-        error = rate - (previous + damped * elapsed)
-        self._error += level_weight * (error - self._error)
-        self._error_square += level_weight * (error * error - self._error_square)
         self._level = level_weight * rate + (1 - level_weight) * (previous + damped * elapsed)
         self._slope = trend_weight * (self._level - previous) / elapsed + (1 - trend_weight) * damped
         self._last_s = time_s
 
+    def state(self) -> dict[str, Any]:
+        return {
+            "level": self._level,
+            "slope": self._slope,
+            "firstS": self._first_s,
+            "lastS": self._last_s,
+        }
+
+    def restore(self, data: JsonMap) -> None:
+        """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
+        values = (
+            maybe_number(data, "level", low=0),
+            number(data, "slope"),
+            number(data, "firstS"),
+            number(data, "lastS"),
+        )
+        self._level, self._slope, self._first_s, self._last_s = values
+
     def forecast(self) -> float | None:
         rise = self.rise()
         return None if rise is None or self._level is None else max(0.0, self._level + rise)
-
-    def scatter(self) -> float | None:
-        """The rate's scatter around the forecast: the standard deviation of the errors of forecasting
-        each sample from the one before (counting noise and bursts; not their mean, the level's lag
-        behind a ramp sampled more often than once per horizon, which is the trend, not noise)."""
-        if self._level is None or self._last_s - self._first_s < self.horizon_s:
-            return None
-        return math.sqrt(max(self._error_square - self._error * self._error, 0.0))
 
     def rise(self) -> float | None:
         """The damped trend's change of the rate over the next `horizon_s` (negative when falling).

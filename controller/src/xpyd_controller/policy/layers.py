@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.limits import clamp
-from xpyd_controller.policy.types import Limits, PoolState, Recommended
+from xpyd_controller.policy.state import (
+    JsonMap,
+    StateError,
+    envelope,
+    flag,
+    maybe_number,
+    opened,
+    rows,
+    section,
+)
+from xpyd_controller.policy.types import Limits, PoolState
 
 
 @dataclass
@@ -26,7 +37,7 @@ class Stabilizer:
     `settle_s` its caller says its inputs need (the HPA's: a down window, since it records the current
     replicas as its first recommendation; 0: the first recommendation counts at once). One restarted
     without its window's recommendations (`forget`) holds it for a full down window, so it never
-    scales in before it has watched one; given them back (`resume`, from the PDDeployment's status)
+    scales in before it has watched one; given them back (`restore`, from the PDDeployment's status)
     it simply continues the window. On a `falling` load the down window is
     skipped (the larger recommendations of the window describe a load that has gone and, by the
     forecast, does not come back within it); a held found count still holds. Once its time is up it
@@ -45,14 +56,20 @@ class Stabilizer:
         self._history.clear()
         self._restarted, self._found, self._settled = True, None, False
 
-    def resume(self, recent: Iterable[tuple[float, int]]) -> None:
-        """Continue a window whose recommendations (time, count) were kept elsewhere."""
-        self._history = deque(sorted(recent))
-        self._restarted, self._found, self._settled = False, None, True
+    def state(self) -> dict[str, Any]:
+        return {
+            "history": [[t, n] for t, n in self._history],
+            "restarted": self._restarted,
+            "found": [] if self._found is None else [list(self._found)],
+            "settled": self._settled,
+        }
 
-    def recent(self) -> tuple[tuple[float, int], ...]:
-        """The (time, recommendation) pairs the next call can still use, oldest first."""
-        return tuple(self._history)
+    def restore(self, data: JsonMap) -> None:
+        history = rows(data, "history", (False, True))
+        found = rows(data, "found", (False, True))[:1]
+        self._history = deque((t, int(n)) for t, n in history)
+        self._restarted, self._settled = flag(data, "restarted"), flag(data, "settled")
+        self._found = (found[0][0], int(found[0][1])) if found else None
 
     def apply(
         self,
@@ -167,6 +184,12 @@ class RateLimiter:
                 result, reason = min(cap, current), "ScaleDownRateLimited"
         return result, reason
 
+    def state(self) -> dict[str, Any]:
+        return {"history": [[t, n] for t, n in self._history]}
+
+    def restore(self, data: JsonMap) -> None:
+        self._history = deque((t, int(n)) for t, n in rows(data, "history", (False, True)))
+
     def _within(self, time_s: float, period_s: float) -> list[int]:
         return [count for t, count in self._history if t > time_s - period_s]
 
@@ -181,6 +204,12 @@ class InFlightGuard:
 
     timeout_s: float
     _since: float | None = None
+
+    def state(self) -> dict[str, Any]:
+        return {"since": self._since}
+
+    def restore(self, data: JsonMap) -> None:
+        self._since = maybe_number(data, "since")
 
     def supply(self, time_s: float, pool: PoolState) -> tuple[int, bool, str]:
         """(expected supply, whether the pool is held, reason)."""
@@ -249,19 +278,33 @@ class ScalingLayers:
         self.decode_gpus = decode_gpus
         self._stabilizers = [Stabilizer(behavior.up_window_s, behavior.down_window_s) for _ in self.ROLES]
         self._limiters = [RateLimiter(behavior) for _ in self.ROLES]
+        self.time_s: float | None = None  # the last `apply`'s
 
-    def recent(self) -> tuple[Recommended, ...]:
-        """The stabilisation windows' recommendations (both pools are stabilised at the same times)."""
-        prefill, decode = (stabilizer.recent() for stabilizer in self._stabilizers)
-        return tuple(Recommended(t, p, d) for (t, p), (_, d) in zip(prefill, decode, strict=True))
+    def state(self) -> dict[str, Any]:
+        pools = {
+            role.lower(): {"window": stabilizer.state(), "rate": limiter.state()}
+            for role, stabilizer, limiter in zip(self.ROLES, self._stabilizers, self._limiters, strict=True)
+        }
+        return {"timeS": self.time_s, **pools}
 
-    def resume(self, recent: Sequence[Recommended] | None) -> None:
-        """Continue the windows from `recent`; `None`: they are lost, hold what is found for a window."""
-        for index, stabilizer in enumerate(self._stabilizers):
-            if recent is None:
-                stabilizer.forget()
-            else:
-                stabilizer.resume((r.time_s, (r.prefill, r.decode)[index]) for r in recent)
+    def restore(self, data: JsonMap) -> None:
+        """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
+        fresh = [
+            (Stabilizer(old.up_window_s, old.down_window_s), RateLimiter(limiter.limit))
+            for old, limiter in zip(self._stabilizers, self._limiters, strict=True)
+        ]
+        for role, (stabilizer, limiter) in zip(self.ROLES, fresh, strict=True):
+            part = section(data, role.lower())
+            stabilizer.restore(section(part, "window"))
+            limiter.restore(section(part, "rate"))
+        self.time_s = maybe_number(data, "timeS")
+        self._stabilizers = [stabilizer for stabilizer, _ in fresh]
+        self._limiters = [limiter for _, limiter in fresh]
+
+    def forget(self) -> None:
+        """The windows are lost: hold what is found for a down window (`Stabilizer.forget`)."""
+        for stabilizer in self._stabilizers:
+            stabilizer.forget()
 
     def apply(
         self,
@@ -277,6 +320,7 @@ class ScalingLayers:
         """`current` is each pool's expected supply; a `held` pool keeps it (in-flight guard); on a
         `falling` load scale-ins skip the down window; a new policy holds the sizes it found for the
         `settle_s` its inputs need (`Stabilizer`)."""
+        self.time_s = time_s
         reasons: list[str] = []
         stable = []
         for role, stabilizer, now, asked in zip(
@@ -303,12 +347,41 @@ class ScalingLayers:
 
 
 class LayeredPolicy:
-    """`Resumable` for the policies that stack `ScalingLayers` (as their `_layers`)."""
+    """`Resumable` for the policies whose only state is their `ScalingLayers` (as `_layers`)."""
 
+    name: str
     _layers: ScalingLayers
 
-    def recent_recommendations(self) -> tuple[Recommended, ...]:
-        return self._layers.recent()
+    def state(self) -> dict[str, Any]:
+        return envelope(self.name, self._layers.time_s, {"layers": self._layers.state()})
 
-    def resume(self, recent: Sequence[Recommended] | None) -> None:
-        self._layers.resume(recent)
+    def resume(self, state: Mapping[str, Any] | None, now_s: float) -> str:
+        return resume_parts(self, state, now_s)
+
+    def restore_parts(self, parts: JsonMap) -> None:
+        self._layers.restore(section(parts, "layers"))
+
+    def forget(self) -> None:
+        self._layers.forget()
+
+
+class _Parted(Protocol):
+    name: str
+
+    def restore_parts(self, parts: JsonMap) -> None: ...
+
+    def forget(self) -> None: ...
+
+
+def resume_parts(policy: _Parted, state: Mapping[str, Any] | None, now_s: float) -> str:
+    """`Resumable.resume` for a policy that restores its parts all or nothing (a `StateError` before
+    any part is replaced) and forgets them when the state is lost."""
+    if state is None:
+        policy.forget()
+        return ""
+    try:
+        policy.restore_parts(opened(state, policy.name, now_s))
+    except StateError as error:
+        policy.forget()
+        return str(error)
+    return ""

@@ -11,9 +11,13 @@ each growth it asked for from the decision to the pass whose ready count reaches
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from xpyd_controller.policy.state import JsonMap, StateError, number, rows, section
 
 COLD_START = "cold_start"
 CONVERSION = "conversion"
+KINDS = (COLD_START, CONVERSION)
 NEW_SAMPLE_WEIGHT = 0.5  # exponentially weighted mean: the latest growth counts half
 
 
@@ -46,6 +50,27 @@ class LeadTimes:
                 del self._pending[pool]
             elif time_s - growth.since_s > self.timeout_s:
                 del self._pending[pool]
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "seconds": {kind: self.seconds[kind] for kind in KINDS if kind in self.seconds},
+            "pending": [
+                [pool, g.target, g.since_s, KINDS.index(g.kind)] for pool, g in sorted(self._pending.items())
+            ],
+        }
+
+    def restore(self, data: JsonMap) -> None:
+        """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
+        seconds = section(data, "seconds")
+        measured = {kind: number(seconds, kind, low=0) for kind in KINDS if kind in seconds}
+        pending = {}
+        for pool, target, since_s, kind in rows(data, "pending", (True, True, False, True)):
+            if pool > 1 or kind >= len(KINDS):
+                raise StateError(
+                    "pending", [pool, target, since_s, kind], "must name pool 0 or 1 and kind 0 or 1"
+                )
+            pending[int(pool)] = _Growth(int(target), since_s, KINDS[int(kind)])
+        self.seconds, self._pending = measured, pending
 
     def asked(self, time_s: float, supply: tuple[int, int], decided: tuple[int, int]) -> None:
         """Start timing each pool the decision grows (the first growth of a pool is timed until it

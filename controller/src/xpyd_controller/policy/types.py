@@ -7,9 +7,9 @@ query); zero traffic is reported as 0.0, never as None.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -78,21 +78,17 @@ class Policy(Protocol):
     def decide(self, observation: Observation, limits: Limits) -> Decision: ...
 
 
-@dataclass(frozen=True)
-class Recommended:
-    """One decision's recommendation for both pools before stabilisation: what a stabilisation window
-    remembers (the controller keeps the window's in status, so that a restart continues it)."""
-
-    time_s: float
-    prefill: int
-    decode: int
-
-
 @runtime_checkable
 class Resumable(Protocol):
-    """A policy whose stabilisation windows can be read out and given back to a new instance."""
+    """A policy whose state can be kept outside it (the PDDeployment's status) and handed to a new
+    instance, which then decides exactly as the old one would have (`policy.state` reads it back)."""
 
-    def recent_recommendations(self) -> tuple[Recommended, ...]: ...
+    def state(self) -> dict[str, Any]:
+        """Everything the next decision depends on, as JSON (objects, lists, numbers, booleans, null)."""
+        ...
 
-    def resume(self, recent: Sequence[Recommended] | None) -> None:
-        """Continue from `recent`; `None` when they are lost (a restart that must watch a window first)."""
+    def resume(self, state: Mapping[str, Any] | None, now_s: float) -> str:
+        """Continue from a kept `state` at `now_s`; None when it is lost (a restart, or a policy rebuilt
+        for a new spec: hold what is found for a window). Returns "" when resumed, else why the state
+        was ignored (a `StateError`'s text; the policy then acts as if it were lost)."""
+        ...

@@ -1,0 +1,98 @@
+"""Combining the proposals for one decision: the model's band, the measured misses, the conversions.
+
+Pure functions over counts. `recommend` turns supply and need into each pool's recommendation before
+the HPA rails; `release_for_conversion` runs after them and lets a pool with a surplus hand instances
+to a pool that grows now (the driver converts them in place) instead of after its down window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xpyd_controller.policy.types import Limits, Observation
+from xpyd_controller.policy.xpyd.correction import decode_explains_ttft
+from xpyd_controller.policy.xpyd.need import Need
+
+ROLES = ("Prefill", "Decode")
+
+
+@dataclass(frozen=True)
+class Pools:
+    """Each pool's expected supply (ready + starting) and whether it is in flight (may grow, not shrink)."""
+
+    supply: tuple[int, int]
+    in_flight: tuple[bool, bool]
+
+
+def _missed(measured: float | None, slo: float) -> bool:
+    return measured is not None and math.isfinite(measured) and measured > slo
+
+
+def missed_slos(observation: Observation, ttft_slo_s: float, tpot_slo_s: float) -> dict[int, str]:
+    """Pool index → reason, for each measured p90 over its SLO, in the pool that explains it: TPOT is
+    decode's; TTFT is decode's while requests wait on it or its KV is full, else prefill's."""
+    missed = {}
+    if _missed(observation.tpot_p90_s, tpot_slo_s):
+        missed[1] = "DecodeTpotMissed"
+    if _missed(observation.ttft_p90_s, ttft_slo_s):
+        if decode_explains_ttft(observation):
+            missed.setdefault(1, "DecodeTtftMissed")
+        else:
+            missed[0] = "PrefillTtftMissed"
+    return missed
+
+
+def recommend(
+    pools: Pools, need: Need, *, partial: bool, missed: dict[int, str]
+) -> tuple[list[int], list[str]]:
+    """Per pool: up to the floor when below it; down to `keep` when above it (not on partial data, not
+    while in flight); else hold. A measured miss at or above the floor asks for one more instance (the
+    model was optimistic), unless the pool is already growing."""
+    counts, reasons = [], []
+    for index, role in enumerate(ROLES):
+        have, floor, keep = pools.supply[index], need.floor[index], need.keep[index]
+        if have < floor:
+            count, why = floor, "BelowModelFloor"
+        elif have > keep and not partial and not pools.in_flight[index]:
+            count, why = keep, "AboveNeed"
+        elif have > keep:
+            count, why = have, "PartialDataNoScaleDown" if partial else "HeldInFlight"
+        else:
+            count, why = have, "WithinTolerance"
+        if index in missed and have >= floor and not pools.in_flight[index]:
+            count, why = have + 1, missed[index]
+        counts.append(count)
+        reasons.append(role + why if not why.startswith(role) else why)
+    return counts, reasons
+
+
+def release_for_conversion(
+    pools: Pools,
+    need: Need,
+    decided: list[int],
+    *,
+    limits: Limits,
+    denied: tuple[int, int],
+    cold_start_faster: bool,
+) -> str:
+    """Let a pool above its floor give instances to a pool that grows now (mutates `decided`).
+
+    The surplus is supply above the floor (what meets the demand now), below the band's `keep` on
+    purpose: the band guards a pool against flapping through cold starts, but a released instance is
+    converted in place (seconds) where the other pool would cold-start one (minutes). `denied` is growth
+    the GPU budget trimmed: with the budget spent, the growing pool gets exactly what the other releases.
+    When cold starts were measured to serve sooner than conversions, only budget-trimmed growth pairs.
+    """
+    minimums = (limits.prefill_min, limits.decode_min)
+    for grow, give in ((0, 1), (1, 0)):
+        growth = max(0, decided[grow] - pools.supply[grow]) + denied[grow]
+        if cold_start_faster:
+            growth = denied[grow]
+        surplus = min(decided[give], pools.supply[give]) - max(need.keep[give], minimums[give])
+        if growth > 0 and surplus > 0 and not pools.in_flight[give]:
+            moves = min(growth, surplus)
+            decided[give] = min(decided[give], pools.supply[give]) - moves
+            decided[grow] += min(moves, denied[grow])
+            return f"{ROLES[give]}ReleasedForConversion"
+    return ""

@@ -1,0 +1,126 @@
+"""How far the capacity model is off for this deployment, learned from the measured TTFT.
+
+The model predicts a TTFT quantile from Poisson arrivals, normal prompt lengths and the roofline. Live
+traffic is burstier, lengths are skewed, engines are slower or faster than the roofline: the same
+pool then shows a TTFT p90 above or below the model's. `PrefillCorrection` keeps one factor on the
+prefill load: each window in which prefill alone explains the TTFT proposes the factor at which the
+model's p90 on the serving pool equals the measured p90, and the factor follows the proposals with
+time constant `calibration_s` (four times faster upwards: a miss costs more than a spare instance).
+A window is prefill's to explain when its pool served it whole (the same ready count for a window,
+nothing starting or draining) and no request waited on decode (decode's misses are decode's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, prefill_ttft_quantile
+from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
+from xpyd_controller.policy.state import JsonMap, StateError, maybe_number, number, vector
+from xpyd_controller.policy.types import Observation
+from xpyd_controller.policy.xpyd.demand import Lengths
+
+FACTORS = np.geomspace(1.0, 4.0, 13)  # the factors a window is tried at (the model's TTFT rises with them)
+MEASURED_QUANTILE = 0.9  # the measured TTFT quantile (the observation's p90) the model is held to
+UP_SPEEDUP = 4.0
+DECODE_KV_FULL = 0.95  # decode KV usage from which a TTFT is decode's to explain
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the model needs to predict a TTFT."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    link: LinkSpec
+    slo: Slo
+    pools: PoolConfig
+
+
+def decode_explains_ttft(observation: Observation) -> bool:
+    """Requests wait on decode (for KV room or their pull), or its KV cache is full: first tokens then
+    wait for decode, and more prefill would only deliver them to the same busy decode pool sooner."""
+    waiting, usage = observation.decode_waiting, observation.decode_kv_usage
+    waits = waiting is not None and math.isfinite(waiting) and waiting >= 1
+    full = usage is not None and math.isfinite(usage) and usage >= DECODE_KV_FULL
+    return waits or full
+
+
+class PrefillCorrection:
+    """A factor in [FACTORS[0], FACTORS[-1]] on the prefill load, learned from measured TTFT p90."""
+
+    def __init__(self, calibration_s: float) -> None:
+        self.calibration_s = calibration_s
+        self.factor = 1.0
+        self._time_s: float | None = None
+        self._steady: tuple[float, float] | None = None  # (ready prefill instances, since when)
+
+    def _serving_whole_window(self, observation: Observation) -> bool:
+        pool = observation.prefill
+        steady = pool.starting == 0 and pool.draining == 0 and pool.ready > 0
+        if not steady:
+            self._steady = None
+            return False
+        if self._steady is None or self._steady[0] != pool.ready:
+            self._steady = (float(pool.ready), observation.time_s)
+        return observation.time_s - self._steady[1] >= observation.window_s
+
+    def target(self, observation: Observation, lengths: Lengths, hardware: Hardware) -> float | None:
+        """The factor this window proposes, or None when it is not prefill's to explain."""
+        rate, measured = observation.arrival_rate, observation.ttft_p90_s
+        whole = self._serving_whole_window(observation)
+        if not whole or rate is None or not rate > 0 or measured is None or not math.isfinite(measured):
+            return None
+        if decode_explains_ttft(observation):
+            return None
+        predicted = prefill_ttft_quantile(
+            hardware.model,
+            hardware.gpu,
+            hardware.link,
+            Workload(
+                rate * FACTORS, lengths.isl, lengths.osl, lengths.hit_rate, lengths.isl_std, lengths.osl_std
+            ),
+            hardware.slo,
+            instances=observation.prefill.ready,
+            quantile=MEASURED_QUANTILE,
+            pools=hardware.pools,
+        )
+        finite = np.isfinite(predicted)
+        if not finite[0]:
+            return float(FACTORS[0])  # saturated even at the lowest factor: nothing to learn from
+        top = int(np.flatnonzero(finite)[-1])
+        if measured >= predicted[top]:
+            return float(FACTORS[top + 1] if top + 1 < len(FACTORS) else FACTORS[-1])
+        return float(np.interp(measured, predicted[: top + 1], FACTORS[: top + 1]))
+
+    def update(self, time_s: float, target: float | None) -> None:
+        """Follow `target` (None: nothing learned this window; only the clock moves)."""
+        last, self._time_s = self._time_s, time_s
+        if target is None or last is None:
+            return
+        tau = self.calibration_s / UP_SPEEDUP if target > self.factor else self.calibration_s
+        weight = 1.0 - math.exp(-max(time_s - last, 0.0) / tau)
+        self.factor = float(np.clip(self.factor + weight * (target - self.factor), FACTORS[0], FACTORS[-1]))
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "factor": self.factor,
+            "timeS": self._time_s,
+            "steady": None if self._steady is None else list(self._steady),
+        }
+
+    def restore(self, data: JsonMap) -> None:
+        """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
+        factor = number(data, "factor", float(FACTORS[0]), float(FACTORS[-1]))
+        time_s = maybe_number(data, "timeS")
+        steady = None
+        if data.get("steady") is not None:
+            ready, since = vector(data, "steady", 2)
+            if ready < 1 or ready != int(ready):
+                raise StateError("steady", data["steady"], "must start with a whole number of instances >= 1")
+            steady = (ready, since)
+        self.factor, self._time_s, self._steady = factor, time_s, steady

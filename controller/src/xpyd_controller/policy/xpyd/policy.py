@@ -1,0 +1,200 @@
+"""The xpyd policy: one capacity model, fed what is measured, behind the HPA's rails.
+
+Each decision, in order:
+1. supply: each pool's ready + starting instances (starting ones presumed stuck after
+   `in_flight_timeout_s`); a pool with instances starting or draining may grow but not shrink;
+2. demand (`demand.py`): the window's arrivals plus the forecast rise over the lead time, the prefill
+   backlog to drain within `backlog_drain_s`, the window's lengths;
+3. correction (`correction.py`): the factor on prefill load that makes the model's TTFT p90 match
+   the measured one on the serving pool;
+4. need (`need.py`): the capacity model's floor and the size to shrink to, for both pools;
+5. proposals (`choose.py`): up to the floor, down to the band, one more where a measured p90 missed;
+6. the HPA rails (`layers.py`): stabilisation windows, min/max and the GPU budget, rate limits;
+7. conversion: a pool above its floor releases instances to a pool that grows now.
+
+A missing arrival rate holds everything; lengths missing scale up on the last known ones, never down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from xpyd_controller.model.sizing import PoolConfig, Slo
+from xpyd_controller.model.specs import GpuSpec
+from xpyd_controller.policy.context import PolicyContext
+from xpyd_controller.policy.layers import InFlightGuard, ScalingLayers, resume_parts
+from xpyd_controller.policy.lead_times import COLD_START, CONVERSION
+from xpyd_controller.policy.limits import validate_limits
+from xpyd_controller.policy.state import JsonMap, envelope, section
+from xpyd_controller.policy.types import Decision, Limits, Observation
+from xpyd_controller.policy.xpyd.choose import ROLES, Pools, missed_slos, recommend, release_for_conversion
+from xpyd_controller.policy.xpyd.config import XpydConfig
+from xpyd_controller.policy.xpyd.correction import Hardware, PrefillCorrection
+from xpyd_controller.policy.xpyd.demand import DemandEstimator
+from xpyd_controller.policy.xpyd.need import Need, decode_measurement, pool_need
+
+
+class XpydPolicy:
+    """`Policy`, `Resumable` and `Recalibrable`; every piece of state it keeps is in `state()`."""
+
+    name = "xpyd"
+
+    def __init__(self, context: PolicyContext, config: XpydConfig) -> None:
+        self.context = context
+        self.config = config
+        self._hardware = Hardware(
+            context.model,
+            context.gpu,
+            context.link,
+            Slo(ttft=context.ttft_slo_s, tpot=context.tpot_slo_s, ttft_quantile=config.ttft_quantile),
+            PoolConfig(
+                prefill_gpus=context.prefill_gpus_per_instance,
+                decode_gpus=context.decode_gpus_per_instance,
+                step_overhead=context.step_overhead_s,
+                request_flow=context.request_flow,
+            ),
+        )
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Every stateful part as a new policy has it."""
+        self._layers, self._guards, self._demand, self._correction = self._new_parts()
+
+    def _new_parts(
+        self,
+    ) -> tuple[ScalingLayers, tuple[InFlightGuard, InFlightGuard], DemandEstimator, PrefillCorrection]:
+        config, context = self.config, self.context
+        return (
+            ScalingLayers(
+                config.behavior(), context.prefill_gpus_per_instance, context.decode_gpus_per_instance
+            ),
+            (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s)),
+            DemandEstimator(config.lead_time_s, config.backlog_drain_s, config.in_flight_timeout_s),
+            PrefillCorrection(config.calibration_s),
+        )
+
+    def use_gpu(self, gpu: GpuSpec) -> None:
+        """Size with these efficiencies from the next decision on; all state is kept."""
+        self.context = dataclasses.replace(self.context, gpu=gpu)
+        self._hardware = dataclasses.replace(self._hardware, gpu=gpu)
+
+    def _pools(self, observation: Observation) -> tuple[Pools, list[str]]:
+        supply, in_flight, reasons = [], [], []
+        for role, guard, pool in zip(
+            ROLES, self._guards, (observation.prefill, observation.decode), strict=True
+        ):
+            count, held, why = guard.supply(observation.time_s, pool)
+            supply.append(count)
+            in_flight.append(held)
+            reasons.append(why and role + why)
+        return Pools((supply[0], supply[1]), (in_flight[0], in_flight[1])), reasons
+
+    def decide(self, observation: Observation, limits: Limits) -> Decision:
+        ctx = self.context
+        validate_limits(limits, ctx.prefill_gpus_per_instance, ctx.decode_gpus_per_instance)
+        pools, reasons = self._pools(observation)
+        demand = self._demand.observe(observation)
+        if isinstance(demand, str):
+            return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
+        target = self._correction.target(observation, demand.lengths, self._hardware)
+        self._correction.update(observation.time_s, target)
+        measured = decode_measurement(observation)
+        need = pool_need(self._hardware, demand, self._correction.factor, self.config.tolerance, measured)
+        missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
+        recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
+        layered = self._layers.apply(
+            observation.time_s, pools.supply, (recommended[0], recommended[1]), limits
+        )
+        decided = [layered.prefill, layered.decode]
+        released = ""
+        if ctx.prefill_gpus_per_instance == ctx.decode_gpus_per_instance and not demand.partial:
+            maxima = (limits.prefill_max, limits.decode_max)
+            denied = tuple(
+                max(0, min(want, high) - got) if layered.bound == "gpu_budget" else 0
+                for want, high, got in zip(recommended, maxima, decided, strict=True)
+            )
+            released = release_for_conversion(
+                pools,
+                need,
+                decided,
+                limits=limits,
+                denied=(denied[0], denied[1]),
+                cold_start_faster=self._demand.lead_times.cold_start_faster(),
+            )
+        self._demand.lead_times.asked(observation.time_s, pools.supply, (decided[0], decided[1]))
+        details = self._details(demand.rate, need, pools, measured_rate=demand.arrival_rate)
+        details |= {"backlog_rate": demand.backlog_rate, "lead_time_seconds": demand.lead_time_s}
+        details |= {"prefill_correction": self._correction.factor}
+        if target is not None:
+            details["prefill_correction_target"] = target
+        if demand.rise > 0:
+            reasons.append("SizedForForecastLoad")
+        if demand.backlog_rate > 0:
+            reasons.append("PrefillBacklog")
+        return Decision(
+            prefill=decided[0],
+            decode=decided[1],
+            binding=layered.bound or need.binding,
+            reasons=tuple(r for r in (*reasons, *need.reasons, *proposed, *layered.reasons, released) if r),
+            details=details,
+        )
+
+    def _details(self, rate: float, need: Need, pools: Pools, *, measured_rate: float) -> dict[str, float]:
+        lead = self._demand.lead_times.seconds
+        details = {
+            "arrival_rate": measured_rate,
+            "sized_arrival_rate": rate,
+            "prefill_supply": float(pools.supply[0]),
+            "decode_supply": float(pools.supply[1]),
+            "prefill_floor": float(need.floor[0]),
+            "decode_floor": float(need.floor[1]),
+            "prefill_down_target": float(need.keep[0]),
+            "decode_down_target": float(min(need.keep[1], 1 << 20)),
+            **need.details,
+        }
+        lengths = self._demand.last_lengths
+        if lengths is not None:
+            details |= {"mean_input_tokens": lengths.isl, "mean_output_tokens": lengths.osl}
+            details["prefix_hit_rate"] = lengths.hit_rate
+        for kind, key in (
+            (COLD_START, "measured_cold_start_seconds"),
+            (CONVERSION, "measured_conversion_seconds"),
+        ):
+            if kind in lead:
+                details[key] = lead[kind]
+        return details
+
+    # ---- Resumable ------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return envelope(
+            self.name,
+            self._layers.time_s,
+            {
+                "layers": self._layers.state(),
+                "inFlight": {role: guard.state() for role, guard in zip(ROLES, self._guards, strict=True)},
+                "demand": self._demand.state(),
+                "correction": self._correction.state(),
+            },
+        )
+
+    def resume(self, state: Mapping[str, Any] | None, now_s: float) -> str:
+        return resume_parts(self, state, now_s)
+
+    def restore_parts(self, parts: JsonMap) -> None:
+        """All parts from a kept state, or none (a `StateError` before anything is replaced)."""
+        layers, guards, demand, correction = self._new_parts()
+        layers.restore(section(parts, "layers"))
+        kept_guards = section(parts, "inFlight")
+        for role, guard in zip(ROLES, guards, strict=True):
+            guard.restore(section(kept_guards, role))
+        demand.restore(section(parts, "demand"))
+        correction.restore(section(parts, "correction"))
+        self._layers, self._guards, self._demand, self._correction = layers, guards, demand, correction
+
+    def forget(self) -> None:
+        """The kept state is lost: start afresh, holding the found fleet for a down window."""
+        self._fresh()
+        self._layers.forget()
