@@ -29,10 +29,14 @@ from tests.integration.controller import (
 )
 from tests.integration.pdd import OperatorFactory, apply, events, get_json, manifest, wait_ready
 
+from xpyd_api.models import parse_pdd
 from xpyd_api.testing import ProgramProcess
 from xpyd_controller.control.promql import POLICY_SIGNALS
+from xpyd_controller.control.setup import policy_context
 from xpyd_controller.model.calibration import mbu_from_decode_step
 from xpyd_controller.model.presets import GPU_PRESETS, MODEL_PRESETS
+from xpyd_controller.policy.registry import make_policy
+from xpyd_controller.policy.types import Resumable
 from xpyd_controller.testing import ControllerProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.usefixtures("pdd_crd")]
@@ -151,9 +155,14 @@ def test_auto_scales_from_prometheus_and_holds_when_it_goes_away(
         assert status["inputs"]["meanOutputTokens"] == pytest.approx(traffic.output_tokens, rel=0.01)
         assert status["inputs"]["decodeKvUsage"] == pytest.approx(traffic.kv_usage)
         assert status["predicted"]["ttftSeconds"] > 0 and status["predicted"]["tpotSeconds"] > 0
-        # the stabilisation window, kept for a restarted controller: it holds the growth it decided
-        kept = status["recentRecommendations"]
-        assert kept[-1]["time"] == status["lastDecisionTime"] and max(r["prefill"] for r in kept) > 1
+        # the policy's whole state, kept for a restarted controller: as the API server stored it (a merge
+        # patch drops its nulls), a new policy takes it up as its own
+        kept = status["policyState"]
+        assert (kept["policy"], kept["version"]) == ("xpyd", 1)
+        successor = make_policy(
+            "xpyd", policy_context(parse_pdd(pdd_now(kube_cluster, namespace, "web")).spec)
+        )
+        assert isinstance(successor, Resumable) and successor.resume(kept, time.time()) == ""
         # the online calibration read decode's mean step (the 30 ms between tokens, through Prometheus's
         # sum/count) as 100 running requests on 1 to 8 decode instances; prefill always had a queue
         mbu, mfu = status["calibration"]["mbu"], status["calibration"]["mfu"]
@@ -256,6 +265,8 @@ def test_only_the_leader_writes_and_a_successor_takes_over(
         "c to write status",
     )
     assert decided("c")
+    # each successor took up the policy state the one before kept in status (as the API server stored it)
+    assert events(kube_cluster, namespace, "PolicyStateIgnored") == []
 
 
 def window_filled(prom: PrometheusServer, rate: float) -> bool:
@@ -311,6 +322,9 @@ def test_two_controllers_without_a_lease_say_so_and_only_one_decides(
 
         wait_until(both_reported, 30, "a deciding, b deferring, both saying so")
         reported = time.monotonic() - started
+        # a's xpyd took over from b's threshold: another policy's state, ignored as lost and said so
+        ignored = events(kube_cluster, namespace, "PolicyStateIgnored")
+        assert any("(policy = 'threshold': must be 'xpyd'" in m for m in ignored), ignored
         sizes, deciders = [], set()
         observe_until = time.monotonic() + 8  # eight of the PDDeployment's 1 s intervals
         while time.monotonic() < observe_until:

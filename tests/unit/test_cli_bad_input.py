@@ -68,9 +68,9 @@ CASES = [
     ([*KNOBBED, "--knob", "tolerance=1.5"], 2, "policy 'xpyd': tolerance = 1.5: must be in [0, 0.99]"),
     ([*KNOBBED, "--knob", "speed=2"], 2, "policy 'xpyd': speed = 2.0: unknown knob"),
     (
-        [*KNOBBED, "--knob", "up_instances=1.5"],
+        [*KNOBBED, "--knob", "down_period_s=0.5"],
         2,
-        "policy 'xpyd': up_instances = 1.5: must be a whole number",
+        "policy 'xpyd': down_period_s = 0.5: must be in [1, 86400]",
     ),
     ([*KNOBBED, "--knob", "tolerance"], 2, "--knob = 'tolerance': must be NAME=VALUE"),
     ([*KNOBBED, "--knob", "tolerance=fast"], 2, "--knob tolerance = 'fast': must be a number"),

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from xpyd_controller.control.status import (
+    MAX_STATE_BYTES,
     DecisionRecord,
-    kept_recommendations,
+    policy_state,
     render_autoscaler,
     replacing_patch,
 )
-from xpyd_controller.policy.types import Decision, Observation, PoolState, Recommended
+from xpyd_controller.policy.threshold import ThresholdConfig, ThresholdPolicy
+from xpyd_controller.policy.types import Decision, Limits, Observation, PoolState
 
 OBS = Observation(
     time_s=1_700_000_000.0,
@@ -94,44 +101,85 @@ def test_replacing_patch(current: dict[str, Any] | None, new: dict[str, Any], pa
     assert replacing_patch(current, new) == patch
 
 
-NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+def _merged(target: Any, patch: Mapping[str, Any]) -> Any:
+    """RFC 7386: what the API server makes of `target` and a merge patch (null removes a key)."""
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping):
+            result[key] = _merged(result.get(key), value)
+        else:
+            result[key] = value
+    return result
 
 
-def kept(time: object = "2023-11-14T22:12:20Z", prefill: object = 3, decode: object = 4) -> dict[str, Any]:
-    return {"time": time, "prefill": prefill, "decode": decode}
+def _decided(steps: list[tuple[float, float]]) -> ThresholdPolicy:
+    policy = ThresholdPolicy(ThresholdConfig())
+    for time_s, queue in steps:
+        observation = dataclasses.replace(OBS, time_s=time_s, prefill_queue=queue, decode_kv_usage=0.7)
+        policy.decide(observation, Limits())
+    return policy
 
 
-def test_the_stabilisation_window_round_trips_through_status() -> None:
-    window = (Recommended(NOW - 60, 3, 4), Recommended(NOW, 2, 5))
-    status = render_autoscaler(record(recent=window))
-    assert status["recentRecommendations"] == [kept(), kept("2023-11-14T22:13:20Z", 2, 5)]
-    assert kept_recommendations(status, NOW + 10, 300.0) == list(window)
+def test_the_policy_state_round_trips_through_status() -> None:
+    """Written whole on every decision and replacing the last one's; read back (through JSON and the
+    merge patch, whose nulls remove keys) it resumes a new policy to exactly the same state."""
+    t = OBS.time_s
+    older = _decided([(t - 300, 8.0)])
+    newer = _decided([(t - 30, 0.0), (t - 15, 9.0), (t, 40.0)])
+    stored: dict[str, Any] = {}
+    for policy in (older, newer):
+        status = render_autoscaler(record(policy_state=policy_state(policy)))
+        stored = _merged(stored, json.loads(json.dumps(replacing_patch(stored, status), allow_nan=False)))
+    kept = stored["policyState"]
+    assert (kept["policy"], kept["version"], kept["timeS"]) == ("threshold", 1, t)
+    assert kept["layers"]["prefill"]["window"]["history"] == [[t - 30, 0], [t - 15, 5], [t, 20]]
+    resumed = ThresholdPolicy(ThresholdConfig())
+    assert resumed.resume(kept, t + 15) == ""
+    assert resumed.state() == newer.state()  # nothing of the older state survived the replacement
+
+
+def test_a_policy_without_state_keeps_none() -> None:
+    assert policy_state(object()) is None
+    assert render_autoscaler(record())["policyState"] is None
+
+
+class _Stated:
+    """A Resumable whose state is whatever the test says."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def state(self) -> Any:
+        if isinstance(self._state, Exception):
+            raise self._state
+        return self._state
+
+    def resume(self, state: object, now_s: float) -> str:
+        return ""
 
 
 @pytest.mark.parametrize(
-    ("entries", "expected"),
+    ("state", "logged"),
     [
-        ([kept("2023-11-14T22:13:20Z", 2, 5), kept()], [(NOW - 60, 3, 4), (NOW, 2, 5)]),  # sorted
-        ([kept("2023-11-14T22:00:00Z"), kept()], [(NOW - 60, 3, 4)]),  # older than the window: dropped
-        ([kept("2023-11-14T22:00:00Z")], None),  # all of it older: the window is lost
-        ([], None),
-        ("3,4", None),
-        ([kept("2023-11-14T22:20:00Z")], None),  # ahead of now by more than clock skew
-        ([kept("yesterday")], None),
-        ([kept(prefill=-1)], None),
-        ([kept(decode=2.5)], None),
-        ([kept(prefill=True)], None),
-        ([kept(), "3"], None),  # one malformed entry discards the lot
-        ([kept()] * 1001, None),
+        ({"policy": "x", "rows": ["1234567"] * (MAX_STATE_BYTES // 10)}, "bytes of JSON, above 65536"),
+        ({"policy": "x", "level": math.nan}, "not JSON"),
+        ({"policy": "x", "when": object()}, "not JSON"),
+        (["policy", "x"], "no JSON object"),
+        (RuntimeError("a bug"), "not JSON"),
     ],
 )
-def test_a_kept_window_is_used_only_when_it_is_whole_and_recent(
-    entries: object, expected: list[tuple[float, int, int]] | None
+def test_a_state_too_large_or_not_json_is_not_kept_and_said_in_the_log(
+    state: object, logged: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    found = kept_recommendations({"recentRecommendations": entries}, NOW, 300.0)
-    assert found == (expected if expected is None else [Recommended(*e) for e in expected])
+    with caplog.at_level(logging.WARNING):
+        assert policy_state(_Stated(state), "ns/web") is None
+    assert any(r.getMessage().startswith("ns/web: ") and logged in r.getMessage() for r in caplog.records)
 
 
-def test_no_autoscaler_status_keeps_no_window() -> None:
-    assert kept_recommendations(None, NOW, 300.0) is None
-    assert kept_recommendations({"lastDecisionTime": "2023-11-14T22:13:20Z"}, NOW, 300.0) is None
+def test_a_kept_state_is_a_json_copy() -> None:
+    inner = [(1.0, 2)]
+    kept = policy_state(_Stated({"policy": "x", "rows": inner, "none": None}))
+    assert kept == {"policy": "x", "rows": [[1.0, 2]], "none": None}
+    assert kept is not None and kept["rows"] is not inner

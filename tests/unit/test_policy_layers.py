@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +18,8 @@ from xpyd_controller.policy.layers import (
     Stabilizer,
     enforce_limits,
 )
-from xpyd_controller.policy.types import Limits, PoolState, Recommended
+from xpyd_controller.policy.state import StateError
+from xpyd_controller.policy.types import Limits, PoolState
 
 
 @pytest.mark.parametrize(
@@ -83,13 +88,50 @@ def test_a_restarted_stabilizer_holds_the_count_it_finds_for_a_window_falling_or
     assert stabilizer.apply(1300, 8, 4) == (4, "")
 
 
-def test_a_resumed_stabilizer_continues_the_window_it_is_given() -> None:
+def test_a_restored_stabilizer_continues_the_window_it_is_given() -> None:
     stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
-    stabilizer.resume([(100, 6), (0, 8)])
+    stabilizer.restore(
+        {"history": [[0, 8], [100, 6]], "restarted": False, "found": [], "settled": True}, 100.0
+    )
     assert stabilizer.apply(200, 8, 4) == (8, "ScaleDownStabilized")
     assert stabilizer.apply(301, 8, 4) == (6, "ScaleDownStabilized")  # 0 s has left the window
     assert stabilizer.apply(401, 6, 4) == (4, "")
-    assert stabilizer.recent() == ((200, 4), (301, 4), (401, 4))
+    assert stabilizer.state() == {
+        "history": [[200, 4], [301, 4], [401, 4]],
+        "restarted": False,
+        "found": [],
+        "settled": True,
+    }
+
+
+def _through_json(state: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(state, allow_nan=False))
+
+
+def test_a_stabilizer_holding_what_it_found_hands_the_hold_on() -> None:
+    first = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    first.forget()
+    assert first.apply(1000, 8, 4) == (8, "ScaleDownHeldAfterRestart")
+    second = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    second.restore(_through_json(first.state()), math.inf)
+    assert second.state() == first.state()
+    assert second.apply(1299, 8, 4) == (8, "ScaleDownHeldAfterRestart")  # the hold ends at 1300, not later
+    assert second.apply(1300, 8, 4) == (4, "")
+
+
+def test_a_rate_limiter_and_an_in_flight_guard_hand_their_periods_on() -> None:
+    first = RateLimiter(ScalingBehavior(up_instances=2, up_percent=0, up_period_s=60))
+    assert first.apply(0, 4, 100) == (6, "ScaleUpRateLimited")
+    second = RateLimiter(first.limit)
+    second.restore(_through_json(first.state()), math.inf)
+    assert second.apply(30, 6, 100) == (6, "ScaleUpRateLimited")  # still within 0 s's period
+    guard = InFlightGuard(timeout_s=300.0)
+    guard.supply(10, PoolState(ready=3, starting=2))
+    resumed = InFlightGuard(timeout_s=300.0)
+    resumed.restore(_through_json(guard.state()), math.inf)
+    assert resumed.supply(310, PoolState(ready=3, starting=2)) == (3, False, "InFlightTimedOut")
+    resumed.restore({}, math.inf)  # a guard that was not timing anything (null: absent after a merge patch)
+    assert resumed.supply(320, PoolState(ready=3, starting=2)) == (5, True, "InFlight")
 
 
 def test_scaling_layers_hand_their_windows_to_a_new_instance() -> None:
@@ -98,16 +140,29 @@ def test_scaling_layers_hand_their_windows_to_a_new_instance() -> None:
     for time_s, asked in ((0, (6, 5)), (60, (3, 2))):
         first.apply(time_s, (6, 5), asked, Limits())
     second = ScalingLayers(behavior)
-    second.resume(first.recent())
-    assert first.recent() == (Recommended(0, 6, 5), Recommended(60, 3, 2))
+    second.restore(_through_json(first.state()), math.inf)
+    assert second.state() == first.state() and second.time_s == 60
     kept = second.apply(120, (6, 5), (2, 2), Limits())
     assert (kept.prefill, kept.decode) == (6, 5)  # the window still holds 0 s's 6 + 5
     lost = ScalingLayers(behavior)
-    lost.resume(None)
+    lost.forget()
     held = lost.apply(120, (6, 5), (2, 2), Limits())
     assert (held.prefill, held.decode) == (6, 5)
     fresh = ScalingLayers(behavior).apply(120, (6, 5), (2, 2), Limits())
     assert (fresh.prefill, fresh.decode) == (2, 2)
+
+
+def test_scaling_layers_restore_all_or_nothing() -> None:
+    behavior = ScalingBehavior()
+    layers = ScalingLayers(behavior)
+    layers.apply(0, (6, 5), (6, 5), Limits())
+    before = layers.state()
+    broken = _through_json(before)
+    broken["prefill"]["window"]["history"] = [[0, 6], [30, 3]]  # a good prefill part is read first
+    broken["decode"]["rate"]["history"] = [[0, -5]]
+    with pytest.raises(StateError, match=r"^history\[0\] = -5: must be a whole number"):
+        layers.restore(broken, math.inf)
+    assert layers.state() == before
 
 
 def test_stabilizer_up_window_needs_a_sustained_rise() -> None:

@@ -334,6 +334,9 @@ HOSTILE: list[tuple[str, Any]] = [
     ("negative level", {"demand": {"forecast": {"level": -5.0}}}),
     ("oversized window", {"layers": {"prefill": {"window": {"history": [[0.0, 1]] * 5000}}}}),
     ("missing part", {"demand": None}),
+    ("a window entry later than the state", {"layers": {"prefill": {"window": {"history": [[1e15, 9]]}}}}),
+    ("a rate limit entry later than the state", {"layers": {"decode": {"rate": {"history": [[1e15, 0]]}}}}),
+    ("a forecast slope beyond reason", {"demand": {"forecast": {"slope": 1e300}}}),
 ]
 
 

@@ -2,11 +2,13 @@
 the policy, apply. All I/O goes through three small ports (Protocols), so this is tested with fakes and
 driven live by the Kubernetes and Prometheus adapters.
 
-One policy instance per PDDeployment uid keeps its stabilisation windows across passes; it is rebuilt
-only when the spec's model, hardware, SLOs or autoscaling knobs change. The window's recommendations
-are also kept in status, so a restarted controller, or one taking over from another, continues it; a
-rebuilt policy, or one whose window was lost, holds the fleet it finds for a window; a PDDeployment
-never decided before starts fresh. When no signal has data
+One policy instance per PDDeployment uid keeps its state (stabilisation windows, rate limits, holds,
+forecasts) across passes; it is rebuilt only when the spec's model, hardware, SLOs or autoscaling knobs
+change. Every decision also keeps the policy's whole state in status (`policyState`), so a restarted
+controller, or one taking over from another, continues exactly where the last decision left off; a
+rebuilt policy, or one whose state was lost, holds the fleet it finds for a window; a kept state the
+policy cannot trust is ignored as lost, said in a Warning and in the decision's reasons; a
+PDDeployment never decided before starts fresh. When no signal has data
 (Prometheus unreachable, or no series match) the decision holds: desired stays what the spec says.
 
 Tenants are isolated: each PDDeployment's decision runs on a worker thread of its own, at most one in
@@ -55,10 +57,11 @@ from xpyd_controller.control.promql import (
 )
 from xpyd_controller.control.setup import SetupError, calibrated_gpu, gpu_spec, limits, policy_context
 from xpyd_controller.control.status import (
+    KEY_STATE,
     DecisionRecord,
     calibration_report,
-    kept_recommendations,
     parse_timestamp,
+    policy_state,
     render_autoscaler,
     replacing_patch,
     timestamp,
@@ -78,6 +81,7 @@ EVENT_NO_METRICS = "MetricsUnavailable"
 EVENT_INVALID = "InvalidAutoscaling"
 EVENT_UNSUPPORTED = "UnsupportedField"
 EVENT_CONCURRENT = "ConcurrentDeciders"
+EVENT_STATE_IGNORED = "PolicyStateIgnored"  # also the decision's reason
 KEY_DEFERRING = "deferringDecider"  # status.autoscaler key of a controller deferring to this one
 CONCURRENT_INTERVALS = 3  # another controller's record this many intervals old still counts
 BEARER_UNSUPPORTED = (
@@ -150,6 +154,8 @@ class _Tracked:
     warned_decider: str = ""  # the other decider a ConcurrentDeciders Warning was posted about
     calibration: OnlineCalibration = field(default_factory=OnlineCalibration)  # this deployment's readings
     gpu_in_use: GpuSpec | None = None  # the efficiencies the policy sizes with (calibrated or not)
+    state_ignored: str = ""  # why this pass's resume ignored the kept policy state, for its decision
+    warned_state: str = ""  # the ignored-state message last posted as a Warning (each once in a row)
 
 
 def _same_setup(old: PolicyContext, new: PolicyContext) -> bool:
@@ -247,34 +253,79 @@ class Controller:
             if tracked.context is None or not _same_hardware(tracked.context, context):
                 tracked.calibration, tracked.gpu_in_use = OnlineCalibration(), None
             rebuilt = tracked.policy is not None
-            tracked.policy = make_policy(self.settings.policy, context)
-            tracked.context = context
-            if tracked.gpu_in_use is not None and isinstance(tracked.policy, Recalibrable):
-                tracked.policy.use_gpu(tracked.gpu_in_use)
+            tracked.policy = self._build(tracked, context)
             if isinstance(tracked.policy, Resumable):
-                self._resume(tracked.policy, pdd, body, now, rebuilt=rebuilt)
+                self._resume(tracked.policy, tracked, pdd, body, now, rebuilt=rebuilt, fresh=True)
         elif isinstance(tracked.policy, Resumable):
-            self._resume(tracked.policy, pdd, body, now, rebuilt=False)
+            self._resume(tracked.policy, tracked, pdd, body, now, rebuilt=False, fresh=False)
         return tracked.policy
 
+    def _build(self, tracked: _Tracked, context: PolicyContext) -> Policy:
+        """A new policy for `context` (sized with the calibrated GPU the deployment already has)."""
+        policy = make_policy(self.settings.policy, context)
+        tracked.context = context
+        if tracked.gpu_in_use is not None and isinstance(policy, Recalibrable):
+            policy.use_gpu(tracked.gpu_in_use)
+        return policy
+
     def _resume(
-        self, policy: Resumable, pdd: PDDeployment, body: dict[str, Any], now: float, *, rebuilt: bool
+        self,
+        policy: Resumable,
+        tracked: _Tracked,
+        pdd: PDDeployment,
+        body: dict[str, Any],
+        now: float,
+        *,
+        rebuilt: bool,
+        fresh: bool,
     ) -> None:
-        """Give the policy the stabilisation window status kept when the last decision there is not its
-        own: a PDDeployment decided before this controller started, or by the leader it takes over
-        from. None (hold what is found for a window) when that window is lost or the policy was
-        rebuilt for a new spec. Nothing on a PDDeployment never decided (the policy holds what it
-        finds while its inputs settle) or one whose last decision was this policy's."""
+        """Give the policy the state status kept when the last decision there is not its own: a
+        PDDeployment decided before this (`fresh`) policy started, or by the leader it takes over from.
+        None (lost: hold what is found for a window) when the policy was rebuilt for a new spec, when
+        status keeps no state, or when no controller decided for longer than the scale-down window
+        (the fleet went unwatched: the kept windows no longer describe it). Nothing on a PDDeployment
+        never decided (the policy holds what it finds while its inputs settle) or one whose last
+        decision was this policy's. A kept state the policy does not trust counts as lost, and says so
+        (`_state_ignored`)."""
+        tracked.state_ignored = ""
         if rebuilt:
-            policy.resume(None)
+            policy.resume(None, now)
             return
         recorded = (body.get("status") or {}).get("autoscaler")
         if not isinstance(recorded, dict) or recorded.get("lastDecisionTime") is None:
             return
         ours = (recorded.get("decider") or "") == self.settings.identity
-        if not ours or not policy.recent_recommendations():
-            window_s = pdd.spec.autoscaling.scale_down_window_seconds
-            policy.resume(kept_recommendations(recorded, now, window_s))
+        if ours and not fresh:
+            return
+        decided = parse_timestamp(str(recorded["lastDecisionTime"]))
+        kept = recorded.get(KEY_STATE)
+        if decided is not None and now - decided > pdd.spec.autoscaling.scale_down_window_seconds:
+            kept = None
+        try:
+            reason = policy.resume(kept, now)
+        except Exception as error:  # a reader's bug: the policy may hold part of the state, so start over
+            logger.exception("%s/%s: the policy failed to read its kept state", pdd.namespace, pdd.name)
+            reason = f"unreadable: {type(error).__name__}: {str(error)[:200]}"
+            tracked.policy = self._build(tracked, policy_context(pdd.spec))
+            if isinstance(tracked.policy, Resumable):
+                tracked.policy.resume(None, now)
+        self._state_ignored(pdd, tracked, reason)
+
+    def _state_ignored(self, pdd: PDDeployment, tracked: _Tracked, reason: str) -> None:
+        """A kept state the policy ignored: in this decision's reasons, logged and posted as a Warning
+        (once while the same reason repeats, e.g. while this controller defers to another)."""
+        tracked.state_ignored = reason
+        if not reason:
+            tracked.warned_state = ""
+            return
+        message = (
+            f"status.autoscaler.{KEY_STATE} ignored ({reason}): the policy starts as if its state were "
+            "lost, holding the sizes it finds for a scale-down window"
+        )
+        if tracked.warned_state != message:
+            logger.warning("%s/%s: %s", pdd.namespace, pdd.name, message)
+            self.cluster.post_event(pdd, EVENT_STATE_IGNORED, message, warning=True)
+            tracked.warned_state = message
 
     def _calibrate(self, pdd: PDDeployment, tracked: _Tracked, policy: Policy, window: LiveWindow) -> None:
         """One window's readings into the deployment's calibration; a policy that can re-size with
@@ -316,6 +367,7 @@ class Controller:
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
             self._report_problem(pdd, body, tracked, message, now)
             return None
+        state_ignored, tracked.state_ignored = tracked.state_ignored, ""
         if self._yields(pdd, body, tracked, now):
             return None
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
@@ -349,6 +401,8 @@ class Controller:
                 )
                 return None
         tracked.problem = note
+        if state_ignored:
+            decision = dataclasses.replace(decision, reasons=(*decision.reasons, EVENT_STATE_IGNORED))
         decision = _checked(decision, pdd, bounds, discarded)
         if discarded:
             note = "; ".join(
@@ -382,7 +436,7 @@ class Controller:
                 stated_gpu,
                 spec.hardware,
             ),
-            recent=policy.recent_recommendations() if isinstance(policy, Resumable) else (),
+            policy_state=policy_state(policy, f"{pdd.namespace}/{pdd.name}"),
         )
         record = self._apply(pdd, tracked, record)
         autoscaler = render_autoscaler(record)

@@ -2,12 +2,14 @@
 
 Every field is written on every decision, null when unknown (which a merge patch turns into "absent"), so
 no stale number of an older decision survives; `missingData` names the inputs that had no data.
-`recentRecommendations` keeps the policy's stabilisation window, so that a restarted controller
-continues it instead of holding the fleet it finds for a whole window (`kept_recommendations`).
+`policyState` keeps the policy's whole state (`Resumable.state`), so that a restarted controller, or
+one taking over from another, continues exactly where the last decision left off (`policy_state`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,12 +19,12 @@ from typing import Any, TypeGuard
 from xpyd_api.models import HardwareSpec
 from xpyd_controller.model.calibration import Fitted, OnlineCalibration
 from xpyd_controller.model.specs import GpuSpec
-from xpyd_controller.policy.types import Decision, Observation, PoolState, Recommended
+from xpyd_controller.policy.types import Decision, Observation, PoolState, Resumable
 
-KEY_RECENT = "recentRecommendations"
-MAX_RECENT = 1000  # more entries than any window at the shortest interval holds: not ours, ignored
-FUTURE_SLACK_S = 60.0  # clock skew between controllers a kept time may show
-MAX_COUNT = 1_000_000  # a kept recommendation above this is no count of ours
+logger = logging.getLogger(__name__)
+
+KEY_STATE = "policyState"
+MAX_STATE_BYTES = 64 * 1024  # a policy state's JSON above this is not kept (status objects must stay small)
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class DecisionRecord:
     note: str = ""  # why data was missing (Prometheus unreachable, a query rejected), if known
     decider: str = ""  # identity of the controller that decided (another one's means two are deciding)
     calibration: Mapping[str, Any] | None = None  # status.autoscaler.calibration (calibration_report)
-    recent: Sequence[Recommended] = ()  # the policy's stabilisation window after this decision
+    policy_state: Mapping[str, Any] | None = None  # the policy's whole state after this decision (JSON)
 
 
 def timestamp(epoch: float) -> str:
@@ -130,9 +132,7 @@ def render_autoscaler(record: DecisionRecord) -> dict[str, Any]:
         },
         "details": {key: _number(value) for key, value in sorted(details.items())},
         "calibration": dict(record.calibration) if record.calibration is not None else None,
-        KEY_RECENT: [
-            {"time": timestamp(r.time_s), "prefill": r.prefill, "decode": r.decode} for r in record.recent
-        ],
+        KEY_STATE: dict(record.policy_state) if record.policy_state is not None else None,
     }
 
 
@@ -141,27 +141,31 @@ def whole(value: object, low: int, high: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def kept_recommendations(autoscaler: object, now: float, window_s: float) -> list[Recommended] | None:
-    """The stabilisation window a controller kept in `status.autoscaler`: its recommendations of the last
-    `window_s`, oldest first. None when the window is lost: nothing kept, all of it older, or anything
-    malformed (a time that is no timestamp or lies ahead, a count that is no whole number) — status is
-    only evidence, and the caller then holds the fleet it finds for a window rather than trust it."""
-    entries = autoscaler.get(KEY_RECENT) if isinstance(autoscaler, Mapping) else None
-    if not isinstance(entries, list) or len(entries) > MAX_RECENT:
+def policy_state(policy: object, where: str = "") -> dict[str, Any] | None:
+    """What status keeps of `policy`'s state: a JSON copy of `Resumable.state`, or None for a policy
+    without one, and (logged, never blocking the decision) for a state that fails to serialise as
+    finite JSON or whose JSON exceeds MAX_STATE_BYTES."""
+    if not isinstance(policy, Resumable):
         return None
-    kept = []
-    for entry in entries:
-        if not isinstance(entry, Mapping):
-            return None
-        time_s = parse_timestamp(str(entry.get("time")))
-        prefill, decode = entry.get("prefill"), entry.get("decode")
-        if time_s is None or time_s > now + FUTURE_SLACK_S:
-            return None
-        if not (whole(prefill, 0, MAX_COUNT) and whole(decode, 0, MAX_COUNT)):
-            return None
-        if time_s >= now - window_s:
-            kept.append(Recommended(time_s, prefill, decode))
-    return sorted(kept, key=lambda r: r.time_s) or None
+    try:
+        text = json.dumps(policy.state(), allow_nan=False, separators=(",", ":"))
+    except Exception:  # a policy's bug must not cost the decision: the state is just not kept
+        logger.exception("%s: the policy's state is not JSON; not kept in status", where or "policy")
+        return None
+    if len(text.encode()) > MAX_STATE_BYTES:
+        logger.warning(
+            "%s: the policy's state is %d bytes of JSON, above %d; not kept in status (a restart "
+            "holds the fleet it finds for a window)",
+            where or "policy",
+            len(text.encode()),
+            MAX_STATE_BYTES,
+        )
+        return None
+    kept = json.loads(text)
+    if not isinstance(kept, dict):
+        logger.warning("%s: the policy's state is no JSON object; not kept in status", where or "policy")
+        return None
+    return kept
 
 
 def replacing_patch(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:

@@ -593,7 +593,7 @@ def _decode_pool(
     if measured.sessions is not None:
         # The measured count itself, not rate × (count / rate): a vanishing rate would make that inf × 0.
         sessions = np.where(rate > 0, np.maximum(sessions, measured.sessions), sessions)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             session = np.where(rate > 0, np.maximum(timed_session, measured.sessions / rate), timed_session)
     source = SESSION_SOURCES[
         np.where(session > timed_session, 2, np.where(timed_session > predicted_session, 1, 0))

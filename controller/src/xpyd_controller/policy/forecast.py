@@ -10,6 +10,10 @@ from typing import Any
 
 from xpyd_controller.policy.state import JsonMap, maybe_number, number
 
+# A kept slope beyond this (requests/s per second: from 0 to a million req/s in a second) is no slope
+# of ours: the forecast would size for it.
+MAX_SLOPE = 1e6
+
 
 @dataclass
 class RateForecast:
@@ -53,13 +57,13 @@ class RateForecast:
             "lastS": self._last_s,
         }
 
-    def restore(self, data: JsonMap) -> None:
+    def restore(self, data: JsonMap, latest_s: float) -> None:
         """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
         values = (
             maybe_number(data, "level", low=0),
-            number(data, "slope"),
-            number(data, "firstS"),
-            number(data, "lastS"),
+            number(data, "slope", -MAX_SLOPE, MAX_SLOPE),
+            number(data, "firstS", high=latest_s),
+            number(data, "lastS", high=latest_s),
         )
         self._level, self._slope, self._first_s, self._last_s = values
 

@@ -64,9 +64,9 @@ class Stabilizer:
             "settled": self._settled,
         }
 
-    def restore(self, data: JsonMap) -> None:
-        history = rows(data, "history", (False, True))
-        found = rows(data, "found", (False, True))[:1]
+    def restore(self, data: JsonMap, latest_s: float) -> None:
+        history = rows(data, "history", (False, True), latest_s=latest_s)
+        found = rows(data, "found", (False, True), latest_s=latest_s)[:1]
         self._history = deque((t, int(n)) for t, n in history)
         self._restarted, self._settled = flag(data, "restarted"), flag(data, "settled")
         self._found = (found[0][0], int(found[0][1])) if found else None
@@ -187,8 +187,8 @@ class RateLimiter:
     def state(self) -> dict[str, Any]:
         return {"history": [[t, n] for t, n in self._history]}
 
-    def restore(self, data: JsonMap) -> None:
-        self._history = deque((t, int(n)) for t, n in rows(data, "history", (False, True)))
+    def restore(self, data: JsonMap, latest_s: float) -> None:
+        self._history = deque((t, int(n)) for t, n in rows(data, "history", (False, True), latest_s=latest_s))
 
     def _within(self, time_s: float, period_s: float) -> list[int]:
         return [count for t, count in self._history if t > time_s - period_s]
@@ -208,8 +208,8 @@ class InFlightGuard:
     def state(self) -> dict[str, Any]:
         return {"since": self._since}
 
-    def restore(self, data: JsonMap) -> None:
-        self._since = maybe_number(data, "since")
+    def restore(self, data: JsonMap, latest_s: float) -> None:
+        self._since = maybe_number(data, "since", high=latest_s)
 
     def supply(self, time_s: float, pool: PoolState) -> tuple[int, bool, str]:
         """(expected supply, whether the pool is held, reason)."""
@@ -287,17 +287,18 @@ class ScalingLayers:
         }
         return {"timeS": self.time_s, **pools}
 
-    def restore(self, data: JsonMap) -> None:
-        """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
+    def restore(self, data: JsonMap, latest_s: float) -> None:
+        """Continue from `state()`'s output, nothing in it later than `latest_s` (a `StateError`
+        leaves this unchanged)."""
         fresh = [
             (Stabilizer(old.up_window_s, old.down_window_s), RateLimiter(limiter.limit))
             for old, limiter in zip(self._stabilizers, self._limiters, strict=True)
         ]
         for role, (stabilizer, limiter) in zip(self.ROLES, fresh, strict=True):
             part = section(data, role.lower())
-            stabilizer.restore(section(part, "window"))
-            limiter.restore(section(part, "rate"))
-        self.time_s = maybe_number(data, "timeS")
+            stabilizer.restore(section(part, "window"), latest_s)
+            limiter.restore(section(part, "rate"), latest_s)
+        self.time_s = maybe_number(data, "timeS", high=latest_s)
         self._stabilizers = [stabilizer for stabilizer, _ in fresh]
         self._limiters = [limiter for _, limiter in fresh]
 
@@ -358,8 +359,8 @@ class LayeredPolicy:
     def resume(self, state: Mapping[str, Any] | None, now_s: float) -> str:
         return resume_parts(self, state, now_s)
 
-    def restore_parts(self, parts: JsonMap) -> None:
-        self._layers.restore(section(parts, "layers"))
+    def restore_parts(self, parts: JsonMap, latest_s: float) -> None:
+        self._layers.restore(section(parts, "layers"), latest_s)
 
     def forget(self) -> None:
         self._layers.forget()
@@ -368,7 +369,7 @@ class LayeredPolicy:
 class _Parted(Protocol):
     name: str
 
-    def restore_parts(self, parts: JsonMap) -> None: ...
+    def restore_parts(self, parts: JsonMap, latest_s: float) -> None: ...
 
     def forget(self) -> None: ...
 
@@ -380,7 +381,7 @@ def resume_parts(policy: _Parted, state: Mapping[str, Any] | None, now_s: float)
         policy.forget()
         return ""
     try:
-        policy.restore_parts(opened(state, policy.name, now_s))
+        policy.restore_parts(*opened(state, policy.name, now_s))
     except StateError as error:
         policy.forget()
         return str(error)

@@ -59,15 +59,17 @@ class LeadTimes:
             ],
         }
 
-    def restore(self, data: JsonMap) -> None:
+    def restore(self, data: JsonMap, latest_s: float) -> None:
         """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
         seconds = section(data, "seconds")
-        measured = {kind: number(seconds, kind, low=0) for kind in KINDS if kind in seconds}
+        measured = {kind: number(seconds, kind, 0, self.timeout_s) for kind in KINDS if kind in seconds}
         pending = {}
         for pool, target, since_s, kind in rows(data, "pending", (True, True, False, True)):
-            if pool > 1 or kind >= len(KINDS):
+            if pool > 1 or kind >= len(KINDS) or since_s > latest_s:
                 raise StateError(
-                    "pending", [pool, target, since_s, kind], "must name pool 0 or 1 and kind 0 or 1"
+                    "pending",
+                    [pool, target, since_s, kind],
+                    f"must name pool 0 or 1, kind 0 or 1, a time no later than {latest_s:g}",
                 )
             pending[int(pool)] = _Growth(int(target), since_s, KINDS[int(kind)])
         self.seconds, self._pending = measured, pending

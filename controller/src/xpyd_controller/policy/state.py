@@ -79,8 +79,11 @@ def vector(data: JsonMap, key: str, width: int, low: float = -math.inf) -> tuple
     return tuple(_number(cell, key, low, math.inf) for cell in value)
 
 
-def rows(data: JsonMap, key: str, whole: tuple[bool, ...]) -> list[tuple[float, ...]]:
-    """A list of at most MAX_ROWS rows of len(whole) numbers; a True in `whole` asks for a count there."""
+def rows(
+    data: JsonMap, key: str, whole: tuple[bool, ...], *, latest_s: float | None = None
+) -> list[tuple[float, ...]]:
+    """A list of at most MAX_ROWS rows of len(whole) numbers; a True in `whole` asks for a count there.
+    With `latest_s` the first column is a time: ascending and no later than `latest_s`."""
     value = data.get(key)
     if not isinstance(value, list) or len(value) > MAX_ROWS:
         raise StateError(key, value, f"must be a list of at most {MAX_ROWS} rows")
@@ -95,6 +98,10 @@ def rows(data: JsonMap, key: str, whole: tuple[bool, ...]) -> list[tuple[float, 
                 for cell, is_whole in zip(row, whole, strict=True)
             )
         )
+        if latest_s is not None and not (
+            result[-1][0] <= latest_s and (index == 0 or result[-2][0] <= result[-1][0])
+        ):
+            raise StateError(path, row, f"its time must be ascending and no later than {latest_s:g}")
     return result
 
 
@@ -107,13 +114,14 @@ def envelope(policy: str, time_s: float | None, body: Mapping[str, Any]) -> dict
     return {"policy": policy, "version": VERSION, "timeS": time_s, **body}
 
 
-def opened(state: object, policy: str, now_s: float) -> JsonMap:
-    """The parts of a kept state written by `policy` in this format, no later than `now_s` (+ skew)."""
+def opened(state: object, policy: str, now_s: float) -> tuple[JsonMap, float]:
+    """The parts of a kept state written by `policy` in this format, no later than `now_s` (+ skew),
+    and the latest time anything inside it may carry (its own time: nothing is kept from later)."""
     if not isinstance(state, Mapping):
         raise StateError("state", state, "must be an object")
     if state.get("policy") != policy:
         raise StateError("policy", state.get("policy"), f"must be {policy!r}: another policy's state")
     if state.get("version") != VERSION:
         raise StateError("version", state.get("version"), f"must be {VERSION}")
-    maybe_number(state, "timeS", high=now_s + FUTURE_SLACK_S)
-    return state
+    time_s = maybe_number(state, "timeS", high=now_s + FUTURE_SLACK_S)
+    return state, now_s + FUTURE_SLACK_S if time_s is None else time_s

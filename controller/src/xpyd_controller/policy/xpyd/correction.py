@@ -113,14 +113,18 @@ class PrefillCorrection:
             "steady": None if self._steady is None else list(self._steady),
         }
 
-    def restore(self, data: JsonMap) -> None:
+    def restore(self, data: JsonMap, latest_s: float) -> None:
         """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
         factor = number(data, "factor", float(FACTORS[0]), float(FACTORS[-1]))
-        time_s = maybe_number(data, "timeS")
+        time_s = maybe_number(data, "timeS", high=latest_s)
         steady = None
         if data.get("steady") is not None:
             ready, since = vector(data, "steady", 2)
-            if ready < 1 or ready != int(ready):
-                raise StateError("steady", data["steady"], "must start with a whole number of instances >= 1")
+            if ready < 1 or ready != int(ready) or since > latest_s:
+                raise StateError(
+                    "steady",
+                    data["steady"],
+                    f"must be a whole number of instances >= 1 since no later than {latest_s:g}",
+                )
             steady = (ready, since)
         self.factor, self._time_s, self._steady = factor, time_s, steady

@@ -125,11 +125,11 @@ class DemandEstimator:
             "lengths": None if self.last_lengths is None else self.last_lengths.as_list(),
         }
 
-    def restore(self, data: JsonMap) -> None:
+    def restore(self, data: JsonMap, latest_s: float) -> None:
         """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
         forecast, lead_times = RateForecast(self.forecast.horizon_s), LeadTimes(self.lead_times.timeout_s)
-        forecast.restore(section(data, "forecast"))
-        lead_times.restore(section(data, "leadTimes"))
+        forecast.restore(section(data, "forecast"), latest_s)
+        lead_times.restore(section(data, "leadTimes"), latest_s)
         lengths = None
         if data.get("lengths") is not None:
             isl, osl, isl_std, osl_std, hit = vector(data, "lengths", 5, low=0)

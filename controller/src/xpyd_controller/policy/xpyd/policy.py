@@ -183,15 +183,15 @@ class XpydPolicy:
     def resume(self, state: Mapping[str, Any] | None, now_s: float) -> str:
         return resume_parts(self, state, now_s)
 
-    def restore_parts(self, parts: JsonMap) -> None:
+    def restore_parts(self, parts: JsonMap, latest_s: float) -> None:
         """All parts from a kept state, or none (a `StateError` before anything is replaced)."""
         layers, guards, demand, correction = self._new_parts()
-        layers.restore(section(parts, "layers"))
+        layers.restore(section(parts, "layers"), latest_s)
         kept_guards = section(parts, "inFlight")
         for role, guard in zip(ROLES, guards, strict=True):
-            guard.restore(section(kept_guards, role))
-        demand.restore(section(parts, "demand"))
-        correction.restore(section(parts, "correction"))
+            guard.restore(section(kept_guards, role), latest_s)
+        demand.restore(section(parts, "demand"), latest_s)
+        correction.restore(section(parts, "correction"), latest_s)
         self._layers, self._guards, self._demand, self._correction = layers, guards, demand, correction
 
     def forget(self) -> None:
