@@ -16,7 +16,7 @@ class XpydConfig:
     tolerance: float = 0.1  # a pool shrinks only to the size demand × (1 + tolerance) needs
     up_window_s: float = 0.0  # scale up to the smallest recommendation of this window
     down_window_s: float = 300.0  # scale down to the largest recommendation of this window
-    down_period_s: float = 15.0  # the period of the scale-down rate (100 % per period)
+    down_period_s: float = 60.0  # the period of the scale-down rate (up to 100 % per period)
     lead_time_s: float = 120.0  # time a pool takes to grow, until measured: the forecast's horizon
     backlog_drain_s: float = 30.0  # requests queued for prefill are sized to drain within this
     calibration_s: float = 300.0  # time constant of the measured-against-predicted TTFT correction
