@@ -78,8 +78,11 @@ class DemoSettings:
     swings: int = 0  # > 0: the mix swings this many times, then holds its last phase; 0: keeps swinging
     rate_window_s: float = 20.0  # the controller's window behind rates and quantiles
     interval_s: float = 5.0  # spec.autoscaling.intervalSeconds
-    scale_down_window_s: float = 15.0
+    # Longer than a phase: a pool keeps what the other end of the mix needs, within the GPU budget,
+    # and the swings are met by conversions between the pools, not by cold starts after the swing.
+    scale_down_window_s: float = 120.0
     scale_down_period_s: float = 15.0  # a pool shrinks by one instance per this (60 s would outlast a phase)
+    replicas: int = 4  # each pool's at the start: the budget's even split
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -108,7 +111,7 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
 
     Its engine is the stand-in, given the spec's own model and hardware to simulate.
     """
-    pool = {"replicas": 2, "minReplicas": 1, "maxReplicas": 5}
+    pool = {"replicas": settings.replicas, "minReplicas": 1, "maxReplicas": 5}
     model = {"name": "demo/llama-3.1-8b", "preset": "llama-3.1-8b"}
     hardware = {
         "gpu": "h100-sxm",

@@ -57,6 +57,7 @@ SETTINGS = DemoSettings(
     interval_s=3.0,
     scale_down_window_s=6.0,
     scale_down_period_s=6.0,
+    replicas=2,
     seed=3,
 )
 

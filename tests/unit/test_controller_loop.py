@@ -354,12 +354,15 @@ LIGHT = BUSY | {  # 1 req/s of the same requests: one instance per role is plent
 }
 
 
-def test_a_new_pdddeployment_trusts_its_first_recommendation_as_the_hpa_does() -> None:
+def test_a_new_pdddeployment_holds_the_replicas_it_finds_for_a_down_window_as_the_hpa_does() -> None:
     cluster = FakeCluster(pdd(prefill=6, decode=6))
     loop, _ = controller(cluster, FakeMetrics(LIGHT))
     [first] = loop.run_pass(1000.0)
-    assert first.desired[0] < 6 and first.desired[1] < 6
-    assert not any("Held" in reason or "Stabilized" in reason for reason in first.decision.reasons)
+    assert first.desired == (6, 6) and "DecodeScaleDownHeldWhileInputsSettle" in first.decision.reasons
+    [held] = loop.run_pass(1290.0)  # the spec's 300 s down window
+    assert held.desired == (6, 6)
+    [settled] = loop.run_pass(1310.0)
+    assert settled.desired[0] < 6 and settled.desired[1] < 6
 
 
 def _grown_then_restarted(keep_state: bool) -> tuple[Controller, tuple[int, int]]:

@@ -75,8 +75,8 @@ def test_the_floor_is_the_capacity_models_plan() -> None:
 
 def test_queued_prefill_work_is_sized_to_drain_within_the_backlog_time() -> None:
     calm = policy().decide(observe(0, 9, 9), Limits())
-    queued = policy(backlog_drain_s=30).decide(observe(0, 9, 9, prefill_queue=300.0), Limits())
-    assert queued.details["backlog_rate"] == 10.0  # 300 requests over 30 s
+    queued = policy(backlog_drain_s=30).decide(observe(0, 9, 9, prefill_queue=309.0), Limits())
+    assert queued.details["backlog_rate"] == 10.0  # 300 requests beyond one per ready instance, over 30 s
     assert floors(queued)[0] == model_plan(30.0)[0] > floors(calm)[0]
     assert floors(queued)[1] == floors(calm)[1]  # decode serves the arrivals, not the queue twice
     assert "PrefillBacklog" in queued.reasons
@@ -178,13 +178,15 @@ def test_a_window_of_partial_data_scales_up_but_never_down() -> None:
 def test_the_stabilisation_window_and_a_restart_without_state() -> None:
     scaler = policy(down_window_s=300)
     first = scaler.decide(observe(0, X + 9, Y), Limits())
+    assert first.prefill == X + 9  # as the HPA, the replicas it finds are its first recommendation
+    assert "PrefillScaleDownHeldWhileInputsSettle" in first.reasons
     keep = int(first.details["prefill_down_target"])
-    assert first.prefill == keep < X + 9  # a new policy's first recommendation counts, as with the HPA
-    held = scaler.decide(observe(15, keep, Y, arrival_rate=5.0), Limits())
+    assert scaler.decide(observe(300, X + 9, Y), Limits()).prefill == keep  # a window later
+    held = scaler.decide(observe(315, keep, Y, arrival_rate=5.0), Limits())
     assert held.prefill == keep and "PrefillScaleDownStabilized" in held.reasons
     restarted = policy(down_window_s=300)
     assert restarted.resume(None, 30.0) == ""
-    after = restarted.decide(observe(45, X + 9, Y, arrival_rate=5.0), Limits())
+    after = restarted.decide(observe(330, X + 9, Y, arrival_rate=5.0), Limits())
     assert after.prefill == X + 9 and "PrefillScaleDownHeldAfterRestart" in after.reasons
 
 

@@ -81,45 +81,80 @@ def resize(
     want = {
         role: len(pools[role]) if desired.get(role) is None else max(0, desired[role] or 0) for role in Role
     }
+    take_back = _take_back(pools, want, draining)
+    redirect: list[tuple[Key, Role]] = []
+    convert: list[tuple[Key, Role]] = []
+    cancel: list[Key] = []
+    if conversion:
+        redirect = _take_over(pools, want, draining, set(take_back))
+        for source in Role:
+            cancel += _convert(pools, want, source, convert, conversion_seconds)
+    create, remove = _start_or_remove(pools, want)
+    return Moves(tuple(take_back), tuple(convert), tuple(cancel), create, tuple(remove), tuple(redirect))
+
+
+def _take_back(
+    pools: dict[Role, list[Member[Key]]], want: Mapping[Role, int], draining: Sequence[Member[Key]]
+) -> list[Key]:
+    """Step 1: a pool below its size serves again with its own instances draining for removal."""
     take_back: list[Key] = []
     for role in Role:
         shortfall = want[role] - len(pools[role])
         for instance in [d for d in draining if d.role is role][: max(0, shortfall)]:
             take_back.append(instance.key)
             pools[role].append(Member(instance.key, role, ready=True, busy=True, created=instance.created))
+    return take_back
+
+
+def _take_over(
+    pools: dict[Role, list[Member[Key]]],
+    want: Mapping[Role, int],
+    draining: Sequence[Member[Key]],
+    taken: set[Key],
+) -> list[tuple[Key, Role]]:
+    """Step 1, with conversion: a pool still short takes over the other pool's draining instances."""
     redirect: list[tuple[Key, Role]] = []
-    if conversion:
-        taken = set(take_back)
-        for role in Role:
-            shortfall = want[role] - len(pools[role])
-            given_up = [d for d in draining if d.role is role.other and d.key not in taken]
-            for instance in given_up[: max(0, shortfall)]:
-                redirect.append((instance.key, role))
-                pools[role].append(
-                    Member(instance.key, role, ready=False, busy=True, created=instance.created)
-                )
+    for role in Role:
+        shortfall = want[role] - len(pools[role])
+        given_up = [d for d in draining if d.role is role.other and d.key not in taken]
+        for instance in given_up[: max(0, shortfall)]:
+            redirect.append((instance.key, role))
+            pools[role].append(Member(instance.key, role, ready=False, busy=True, created=instance.created))
+    return redirect
 
-    convert: list[tuple[Key, Role]] = []
+
+def _convert(
+    pools: dict[Role, list[Member[Key]]],
+    want: Mapping[Role, int],
+    source: Role,
+    convert: list[tuple[Key, Role]],
+    conversion_seconds: float | None,
+) -> list[Key]:
+    """Steps 2 and 3 from `source`'s surplus; returns the starting instances a conversion replaces."""
+    target = source.other
+    moves = min(len(pools[source]) - want[source], want[target] - len(pools[target]))
+    for _ in range(max(0, moves)):
+        if not _convert_one(pools, want, source, convert):
+            break
     cancel: list[Key] = []
-    if conversion:
-        for source in Role:
-            target = source.other
-            moves = min(len(pools[source]) - want[source], want[target] - len(pools[target]))
-            for _ in range(max(0, moves)):
-                if not _convert_one(pools, want, source, convert):
-                    break
-            while len(pools[source]) > want[source] and conversion_seconds is not None:
-                late = [
-                    m
-                    for m in pools[target]
-                    if not (m.ready or m.busy) and m.ready_in is not None and m.ready_in > conversion_seconds
-                ]
-                if not late or not _convert_one(pools, want, source, convert):
-                    break
-                latest = max(late, key=lambda m: m.ready_in or 0.0)
-                pools[target].remove(latest)
-                cancel.append(latest.key)
+    while len(pools[source]) > want[source] and conversion_seconds is not None:
+        late = [
+            m
+            for m in pools[target]
+            if not (m.ready or m.busy) and m.ready_in is not None and m.ready_in > conversion_seconds
+        ]
+        if not late or not _convert_one(pools, want, source, convert):
+            break
+        latest = max(late, key=lambda m: m.ready_in or 0.0)
+        pools[target].remove(latest)
+        cancel.append(latest.key)
+    return cancel
 
+
+def _start_or_remove(
+    pools: dict[Role, list[Member[Key]]], want: Mapping[Role, int]
+) -> tuple[dict[Role, int], list[Key]]:
+    """Step 4: start what is still short, remove what is still over (never a pool's last ready one)."""
     create: dict[Role, int] = {}
     remove: list[Key] = []
     for role in Role:
@@ -134,7 +169,7 @@ def resize(
                     break
                 ready -= 1
             remove.append(victim.key)
-    return Moves(tuple(take_back), tuple(convert), tuple(cancel), create, tuple(remove), tuple(redirect))
+    return create, remove
 
 
 def _convert_one(

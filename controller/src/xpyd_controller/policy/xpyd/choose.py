@@ -96,3 +96,26 @@ def release_for_conversion(
             decided[grow] += min(moves, denied[grow])
             return f"{ROLES[give]}ReleasedForConversion"
     return ""
+
+
+def pressed(observation: Observation, missed: dict[int, str]) -> tuple[bool, bool]:
+    """Per pool: is it short *now*, by measurement? Prefill when requests queue for it (one or more per
+    ready instance) or a TTFT miss is its; decode when requests wait on it, its KV cache is full, or a
+    miss is its. Growth the model asks for in a pool showing no pressure is a forecast, not a shortage."""
+    queue, ready = observation.prefill_queue, max(observation.prefill.ready, 1)
+    prefill = 0 in missed or (queue is not None and math.isfinite(queue) and queue >= ready)
+    return prefill, 1 in missed or decode_explains_ttft(observation)
+
+
+def share_budget(recommended: list[int], pools: Pools, pressure: tuple[bool, bool], limits: Limits) -> str:
+    """Under a GPU budget the pool short now goes first (mutates `recommended`): while one pool is under
+    pressure, the other grows no further than its supply, so a forecast of its need (lengths measured
+    at completion still describe the mix before a swing) takes no GPU the pressed pool may need next.
+    Where both or neither are pressed, the HPA rails share the budget pro rata."""
+    if limits.gpu_budget is None or pressure[0] == pressure[1]:
+        return ""
+    calm = 1 if pressure[0] else 0
+    if recommended[calm] <= pools.supply[calm]:
+        return ""
+    recommended[calm] = pools.supply[calm]
+    return f"{ROLES[calm]}GrowthYieldsToPressure"

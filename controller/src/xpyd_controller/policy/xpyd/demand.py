@@ -3,8 +3,9 @@
 - The rate is the window's arrivals (not completions: a step is seen at the next scrape), plus the
   rise the load forecast expects over the lead time of the cheaper way to grow (a cold start or a
   conversion, as measured; `lead_time_s` until one is). A forecast only ever adds: it never scales in.
-- The backlog is work already late: requests queued for prefill are sized to drain within
-  `backlog_drain_s` on top of the arrivals, so a pool that fell behind (after a drop to near zero and
+- The backlog is work already late: requests queued for prefill beyond one per ready instance (what
+  a pool sized for a TTFT quantile holds in passing) are sized to drain within `backlog_drain_s` on
+  top of the arrivals, so a pool that fell behind (after a drop to near zero and
   back, a flash crowd) grows by what it owes, not one instance per decision.
 - Lengths are the window's own (prompts counted at arrival, answers at completion): a window mixes the
   request classes in the proportion they arrive, and both pools' needs are linear in that mix. Without
@@ -47,7 +48,7 @@ class Demand:
 
     arrival_rate: float  # measured
     rise: float  # the forecast's rise over the lead time (>= 0)
-    backlog_rate: float  # queued prefill requests / backlog_drain_s
+    backlog_rate: float  # prefill requests queued beyond one per ready instance / backlog_drain_s
     lengths: Lengths
     partial: bool = False
     lead_time_s: float = 0.0
@@ -114,7 +115,9 @@ class DemandEstimator:
         rise = max(0.0, rise * lead / self.forecast.horizon_s) if rise is not None and rate > 0 else 0.0
         queue = observation.prefill_queue
         backlog = (
-            max(queue, 0.0) / self.backlog_drain_s if queue is not None and math.isfinite(queue) else 0.0
+            max(queue - observation.prefill.ready, 0.0) / self.backlog_drain_s
+            if queue is not None and math.isfinite(queue)
+            else 0.0
         )
         return Demand(rate, rise, backlog, lengths, partial, lead)
 

@@ -29,7 +29,15 @@ from xpyd_controller.policy.lead_times import COLD_START, CONVERSION
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.state import JsonMap, envelope, section
 from xpyd_controller.policy.types import Decision, Limits, Observation
-from xpyd_controller.policy.xpyd.choose import ROLES, Pools, missed_slos, recommend, release_for_conversion
+from xpyd_controller.policy.xpyd.choose import (
+    ROLES,
+    Pools,
+    missed_slos,
+    pressed,
+    recommend,
+    release_for_conversion,
+    share_budget,
+)
 from xpyd_controller.policy.xpyd.config import XpydConfig
 from xpyd_controller.policy.xpyd.correction import Hardware, PrefillCorrection
 from xpyd_controller.policy.xpyd.demand import DemandEstimator
@@ -104,8 +112,13 @@ class XpydPolicy:
         need = pool_need(self._hardware, demand, self._correction.factor, self.config.tolerance, measured)
         missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
+        proposed.append(share_budget(recommended, pools, pressed(observation, missed), limits))
         layered = self._layers.apply(
-            observation.time_s, pools.supply, (recommended[0], recommended[1]), limits
+            observation.time_s,
+            pools.supply,
+            (recommended[0], recommended[1]),
+            limits,
+            settle_s=self.config.down_window_s,  # the HPA's first recommendation: the replicas it finds
         )
         decided = [layered.prefill, layered.decode]
         released = ""
