@@ -18,6 +18,10 @@ many sessions (the policy still sizes for the spec's 20 GB). Not a measurement o
 way to compare policies on its setup, with the demo runs (docs/BENCHMARKS.md) as the judge.
 
     .venv/bin/python benchmarks/demo_in_sim.py [--seeds 0 1 2] [--knob NAME=VALUE ...]
+
+`--knob` sets one of the xpyd policy's knobs (docs/tuning.md, "Knobs"; the spec's windows and
+tolerance too), as `xpyd simulate --knob` does; a name or value the policy refuses stops the script
+before any run.
 """
 
 from __future__ import annotations
@@ -36,10 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from e2e.stack import DemoSettings, Reversals, demo_manifest, demo_traffic  # noqa: E402
 
+from xpyd_api.errors import InputError  # noqa: E402
 from xpyd_api.models import PDDeploymentSpec  # noqa: E402
+from xpyd_controller.cli.simulate import parse_knobs  # noqa: E402
 from xpyd_controller.control.setup import gpu_spec, limits, link_spec, model_spec, policy_context  # noqa: E402
+from xpyd_controller.policy.context import configure  # noqa: E402
 from xpyd_controller.policy.registry import make_policy  # noqa: E402
 from xpyd_controller.policy.static import StaticPolicy  # noqa: E402
+from xpyd_controller.policy.xpyd import XpydConfig  # noqa: E402
 from xpyd_controller.sim.config import Control, Fleet, Hardware, Realism, SimConfig  # noqa: E402
 from xpyd_controller.sim.native import run_events  # noqa: E402
 from xpyd_controller.sim.traces.synthetic import Constant, synthesize  # noqa: E402
@@ -119,12 +127,19 @@ def run(seed: int, split: tuple[int, int] | None, knobs: dict[str, float], args:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE", help="an xpyd knob")
+    names = ", ".join(field.name for field in dataclasses.fields(XpydConfig))
+    parser.add_argument(
+        "--knob", action="append", default=[], metavar="NAME=VALUE", help=f"an xpyd knob: {names}"
+    )
     parser.add_argument("--splits", nargs="*", default=["4:4", "5:3", "3:5"], help="fixed splits P:D to run")
     parser.add_argument("--cold-start", type=float, default=8.0, help="seconds until a new instance serves")
     parser.add_argument("--kv-room", type=float, default=1.5, help="KV room factor for paging (see above)")
     args = parser.parse_args(argv)
-    knobs = {name: float(value) for name, value in (knob.split("=", 1) for knob in args.knob)}
+    try:
+        knobs = parse_knobs(args.knob)
+        configure("xpyd", XpydConfig(), knobs)
+    except InputError as error:
+        parser.error(str(error))
     label = " ".join(args.knob) or "defaults"
     rows: list[tuple[str, list[Row]]] = [(f"xpyd ({label})", [run(s, None, knobs, args) for s in args.seeds])]
     for split in args.splits:

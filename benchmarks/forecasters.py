@@ -1,6 +1,7 @@
 """Load forecasts one planner interval ahead on the benchmark days: Dynamo 1.6.1's own predictors
 (constant, ARIMA, Kalman) against damped-trend exponential smoothing (Holt with damping), the forecast
-xpyd's policy sizes for (`policy/forecast.py`, over `forecast_horizon_s`, 180 s by default).
+xpyd's policy sizes for (`policy/forecast.py`, over the lead time: the measured cold start or
+conversion, `lead_time_s`, 120 s by default, until one is measured).
 
 Each day (the drift and diurnal days of `benchmarks/autoscaling.py`, compressed like there) becomes a
 series of request counts per 180 s interval, Dynamo's adjustment interval, which also covers the
