@@ -7,6 +7,7 @@ reports, so the same constraint reads the same everywhere.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,11 +57,16 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
     def at(name: str) -> float:
         return value_at(plan, name, index)
 
-    kv = plan.kv_bytes_per_token
-    binding: list[str] = []
-    infeasible: list[str] = []
-    notes: list[str] = []
+    return Explanation(
+        tuple(_binding(plan, index, at)),
+        tuple(_infeasible(plan, index, at, link_name)),
+        tuple(_notes(plan, index, at, link_name)),
+    )
 
+
+def _binding(plan: Plan, index: int | tuple[int, ...], at: Callable[[str], float]) -> list[str]:
+    """What sized each pool."""
+    binding: list[str] = []
     x, load = int(at("prefill_instances")), at("prefill_load")
     if str(np.asarray(plan.prefill_binding)[index]) == "ttft_quantile":
         binding.append(
@@ -90,7 +96,16 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
         + (" and their Poisson swings at the context quantile" if swings else "")
         + f", batch cap {int(at('decode_batch_cap'))} per instance bound by {bound_words}"
     )
+    return binding
 
+
+def _infeasible(
+    plan: Plan, index: int | tuple[int, ...], at: Callable[[str], float], link_name: str
+) -> list[str]:
+    """Every constraint no pool size meets, with by how much."""
+    kv = plan.kv_bytes_per_token
+    x = int(at("prefill_instances"))
+    infeasible: list[str] = []
     for side in ("prefill", "decode"):
         if not bool(np.asarray(getattr(plan, f"{side}_weights_fit"))[index]):
             needed = math.floor(plan.weight_bytes / plan.gpu_hbm_bytes) + 1
@@ -150,6 +165,14 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
             f"{format_bytes(capacity)}/s (one link per GPU on the smaller side): latency can be hidden, "
             "bandwidth cannot"
         )
+    return infeasible
+
+
+def _notes(plan: Plan, index: int | tuple[int, ...], at: Callable[[str], float], link_name: str) -> list[str]:
+    """How the KV transfer and the local-prefill threshold come out."""
+    transfer, budget = at("transfer_seconds"), at("transfer_budget_seconds")
+    exposed = at("exposed_transfer_seconds")
+    notes: list[str] = []
     if not plan.layerwise_transfer:
         notes.append(
             f"layer-wise pipelining off: the whole {format_seconds(transfer)} transfer is on the TTFT path "
@@ -178,4 +201,4 @@ def explain(plan: Plan, index: int | tuple[int, ...] = (), *, link_name: str = "
         notes.append("no fixed remote-prefill overhead given: remote prefill wins at every prompt length")
     else:
         notes.append(f"prompts under {threshold:.0f} tokens are faster prefilled locally (L_thresh)")
-    return Explanation(tuple(binding), tuple(infeasible), tuple(notes))
+    return notes
