@@ -262,8 +262,14 @@ class DecodeMeasurement:
 
     step_seconds: float | None = None
     sessions: float | None = None
+    # the sessions an instance measured to hold at full KV over the model's KV cap: the KV room the
+    # engine really gives (its memory fraction, paging, block rounding) against the roofline's
+    kv_scale: float | None = None
 
     def __post_init__(self) -> None:
+        scale = self.kv_scale
+        if scale is not None and not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
+            raise SpecError("kv_scale", scale, "must be a finite number > 0 (or unset)")
         step, sessions = self.step_seconds, self.sessions
         if step is not None and not (isinstance(step, int | float) and math.isfinite(step) and step > 0):
             raise SpecError("step_seconds", step, "must be a finite number > 0 (or unset)")
@@ -566,7 +572,7 @@ def _decode_pool(
     z = 0.0 if slo.context_quantile is None else normal_quantile(slo.context_quantile)
     step_budget = np.asarray(slo.tpot, np.float64) - step_overhead
     usable_hbm = np.asarray(pools.kv_memory_fraction, np.float64) * g_d * gpu.hbm_bytes
-    kv_tokens = (usable_hbm - weights) / kv  # resident tokens one instance can hold
+    kv_tokens = (usable_hbm - weights) / kv * (measured.kv_scale or 1.0)  # resident tokens per instance
     bandwidth_tokens = (step_budget * g_d * gpu.effective_bandwidth - weights) / kv  # ... read per step
     kv_cap = _batch_within(kv_tokens, context, spread, z)
     bandwidth_cap = _batch_within(bandwidth_tokens, context, spread, z)

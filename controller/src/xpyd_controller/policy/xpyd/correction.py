@@ -1,4 +1,4 @@
-"""How far the capacity model is off for this deployment, learned from the measured TTFT.
+"""How far the capacity model is off for this deployment, learned from measured TTFT and KV.
 
 The model predicts a TTFT quantile from Poisson arrivals, normal prompt lengths and the roofline. Live
 traffic is burstier, lengths are skewed, engines are slower or faster than the roofline: the same
@@ -28,6 +28,9 @@ FACTORS = np.geomspace(1.0, 4.0, 13)  # the factors a window is tried at (the mo
 MEASURED_QUANTILE = 0.9  # the measured TTFT quantile (the observation's p90) the model is held to
 UP_SPEEDUP = 4.0
 DECODE_KV_FULL = 0.95  # decode KV usage from which a TTFT is decode's to explain
+# A window teaches the factor only where the model's TTFT moves with load: by at least this ratio
+# between the lowest and the highest factor tried (else any factor explains the measurement).
+LOAD_SENSITIVE = 1.5
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class PrefillCorrection:
         finite = np.isfinite(predicted)
         if not finite[0]:
             return float(FACTORS[0])  # saturated even at the lowest factor: nothing to learn from
+        if finite[-1] and predicted[-1] < LOAD_SENSITIVE * predicted[0]:
+            return None  # a lightly loaded pool: its TTFT is the prefill itself and says nothing of load
         top = int(np.flatnonzero(finite)[-1])
         if measured >= predicted[top]:
             return float(FACTORS[top + 1] if top + 1 < len(FACTORS) else FACTORS[-1])
@@ -128,3 +133,52 @@ class PrefillCorrection:
                 )
             steady = (ready, since)
         self.factor, self._time_s, self._steady = factor, time_s, steady
+
+
+KV_FACTORS = (0.25, 2.0)  # the range of the KV correction
+KV_MEASURABLE = 0.5  # decode KV usage from which the batch at full KV is read from the running requests
+
+
+class DecodeCorrection:
+    """A factor on decode's KV room: the sessions an instance holds at full KV, measured, over the
+    model's cap. The model holds a session's mean context (prompt + half the answer) in HBM after the
+    weights; an engine reserves blocks, keeps a memory margin, holds long tails: where decode's KV is
+    at least half full, the requests running per full instance measure what it really holds. The
+    factor follows the measurements with `calibration_s` (four times faster downwards: a full KV cache
+    stalls every request behind it)."""
+
+    def __init__(self, calibration_s: float) -> None:
+        self.calibration_s = calibration_s
+        self.factor = 1.0
+        self._time_s: float | None = None
+
+    @staticmethod
+    def target(observation: Observation, model_cap: float) -> float | None:
+        """The factor this window measures (`model_cap`: the model's KV-bound batch without the
+        factor), or None when decode's KV is too empty to say."""
+        pool, usage, running = observation.decode, observation.decode_kv_usage, observation.decode_running
+        if pool.ready == 0 or usage is None or running is None or not model_cap > 0:
+            return None
+        if not (math.isfinite(usage) and math.isfinite(running)) or running < pool.ready:
+            return None
+        serving = usage * (pool.ready + pool.starting) / pool.ready  # a starting instance holds no KV yet
+        if serving < KV_MEASURABLE:
+            return None
+        full_batch = running / pool.ready / min(serving, 1.0)
+        return float(np.clip(full_batch / model_cap, *KV_FACTORS))
+
+    def update(self, time_s: float, target: float | None) -> None:
+        last, self._time_s = self._time_s, time_s
+        if target is None or last is None:
+            return
+        tau = self.calibration_s / UP_SPEEDUP if target < self.factor else self.calibration_s
+        weight = 1.0 - math.exp(-max(time_s - last, 0.0) / tau)
+        self.factor = float(np.clip(self.factor + weight * (target - self.factor), *KV_FACTORS))
+
+    def state(self) -> dict[str, Any]:
+        return {"factor": self.factor, "timeS": self._time_s}
+
+    def restore(self, data: JsonMap, latest_s: float) -> None:
+        """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
+        factor = number(data, "factor", *KV_FACTORS)
+        self.factor, self._time_s = factor, maybe_number(data, "timeS", high=latest_s)

@@ -22,7 +22,13 @@ from xpyd_controller.policy.xpyd.demand import Demand
 
 # Model predictions copied into `Decision.details` (Plan field names) from prefill's and decode's rows.
 PREFILL_PREDICTIONS = ("prefill_load", "prefill_utilisation", "predicted_ttft_seconds", "ttft_floor_seconds")
-DECODE_PREDICTIONS = ("concurrency", "decode_session_seconds", "decode_batch_cap", "decode_step_seconds")
+DECODE_PREDICTIONS = (
+    "concurrency",
+    "decode_session_seconds",
+    "decode_batch_cap",
+    "decode_kv_capacity_cap",
+    "decode_step_seconds",
+)
 SESSION_REASONS = {
     "measured_tpot": "DecodeSessionsFromMeasuredTpot",
     "measured_sessions": "DecodeSessionsMeasured",
@@ -41,8 +47,9 @@ class Need:
     details: dict[str, float] = field(default_factory=dict)
 
 
-def decode_measurement(observation: Observation) -> DecodeMeasurement:
-    """The decode pool's measured step time and the requests on it now (running + waiting)."""
+def decode_measurement(observation: Observation, kv_scale: float) -> DecodeMeasurement:
+    """The decode pool's measured step time, the requests on it now (running + waiting), and the
+    learned factor on its KV room (`correction.DecodeCorrection`)."""
     step, running, waiting = observation.tpot_mean_s, observation.decode_running, observation.decode_waiting
     sessions = None
     if running is not None and math.isfinite(running) and running >= 0:
@@ -50,7 +57,7 @@ def decode_measurement(observation: Observation) -> DecodeMeasurement:
             waiting if waiting is not None and math.isfinite(waiting) and waiting > 0 else 0.0
         )
     usable_step = step if step is not None and math.isfinite(step) and step > 0 else None
-    return DecodeMeasurement(step_seconds=usable_step, sessions=sessions)
+    return DecodeMeasurement(step_seconds=usable_step, sessions=sessions, kv_scale=kv_scale)
 
 
 def pool_need(

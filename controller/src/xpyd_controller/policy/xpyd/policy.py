@@ -39,7 +39,7 @@ from xpyd_controller.policy.xpyd.choose import (
     share_budget,
 )
 from xpyd_controller.policy.xpyd.config import XpydConfig
-from xpyd_controller.policy.xpyd.correction import Hardware, PrefillCorrection
+from xpyd_controller.policy.xpyd.correction import DecodeCorrection, Hardware, PrefillCorrection
 from xpyd_controller.policy.xpyd.demand import DemandEstimator
 from xpyd_controller.policy.xpyd.need import Need, decode_measurement, pool_need
 
@@ -68,11 +68,17 @@ class XpydPolicy:
 
     def _fresh(self) -> None:
         """Every stateful part as a new policy has it."""
-        self._layers, self._guards, self._demand, self._correction = self._new_parts()
+        self._layers, self._guards, self._demand, self._correction, self._kv_correction = self._new_parts()
 
     def _new_parts(
         self,
-    ) -> tuple[ScalingLayers, tuple[InFlightGuard, InFlightGuard], DemandEstimator, PrefillCorrection]:
+    ) -> tuple[
+        ScalingLayers,
+        tuple[InFlightGuard, InFlightGuard],
+        DemandEstimator,
+        PrefillCorrection,
+        DecodeCorrection,
+    ]:
         config, context = self.config, self.context
         return (
             ScalingLayers(
@@ -81,6 +87,7 @@ class XpydPolicy:
             (InFlightGuard(config.in_flight_timeout_s), InFlightGuard(config.in_flight_timeout_s)),
             DemandEstimator(config.lead_time_s, config.backlog_drain_s, config.in_flight_timeout_s),
             PrefillCorrection(config.calibration_s),
+            DecodeCorrection(config.calibration_s),
         )
 
     def use_gpu(self, gpu: GpuSpec) -> None:
@@ -108,8 +115,13 @@ class XpydPolicy:
             return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
         target = self._correction.target(observation, demand.lengths, self._hardware)
         self._correction.update(observation.time_s, target)
-        measured = decode_measurement(observation)
+        measured = decode_measurement(observation, self._kv_correction.factor)
         need = pool_need(self._hardware, demand, self._correction.factor, self.config.tolerance, measured)
+        kv_target = None
+        if "decode_kv_capacity_cap" in need.details:
+            model_cap = need.details["decode_kv_capacity_cap"] / self._kv_correction.factor
+            kv_target = self._kv_correction.target(observation, model_cap)
+        self._kv_correction.update(observation.time_s, kv_target)
         missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
         proposed.append(share_budget(recommended, pools, pressed(observation, missed), limits))
@@ -139,9 +151,14 @@ class XpydPolicy:
         self._demand.lead_times.asked(observation.time_s, pools.supply, (decided[0], decided[1]))
         details = self._details(demand.rate, need, pools, measured_rate=demand.arrival_rate)
         details |= {"backlog_rate": demand.backlog_rate, "lead_time_seconds": demand.lead_time_s}
-        details |= {"prefill_correction": self._correction.factor}
+        details |= {
+            "prefill_correction": self._correction.factor,
+            "decode_kv_correction": measured.kv_scale or 1.0,
+        }
         if target is not None:
             details["prefill_correction_target"] = target
+        if kv_target is not None:
+            details["decode_kv_correction_target"] = kv_target
         if demand.rise > 0:
             reasons.append("SizedForForecastLoad")
         if demand.backlog_rate > 0:
@@ -190,6 +207,7 @@ class XpydPolicy:
                 "inFlight": {role: guard.state() for role, guard in zip(ROLES, self._guards, strict=True)},
                 "demand": self._demand.state(),
                 "correction": self._correction.state(),
+                "kvCorrection": self._kv_correction.state(),
             },
         )
 
@@ -198,14 +216,16 @@ class XpydPolicy:
 
     def restore_parts(self, parts: JsonMap, latest_s: float) -> None:
         """All parts from a kept state, or none (a `StateError` before anything is replaced)."""
-        layers, guards, demand, correction = self._new_parts()
+        layers, guards, demand, correction, kv_correction = self._new_parts()
         layers.restore(section(parts, "layers"), latest_s)
         kept_guards = section(parts, "inFlight")
         for role, guard in zip(ROLES, guards, strict=True):
             guard.restore(section(kept_guards, role), latest_s)
         demand.restore(section(parts, "demand"), latest_s)
         correction.restore(section(parts, "correction"), latest_s)
-        self._layers, self._guards, self._demand, self._correction = layers, guards, demand, correction
+        kv_correction.restore(section(parts, "kvCorrection"), latest_s)
+        self._layers, self._guards, self._demand = layers, guards, demand
+        self._correction, self._kv_correction = correction, kv_correction
 
     def forget(self) -> None:
         """The kept state is lost: start afresh, holding the found fleet for a down window."""
