@@ -113,6 +113,21 @@ def test_a_measured_ttft_above_the_models_raises_the_prefill_correction() -> Non
     assert other.details["prefill_correction"] == 1.0
 
 
+def test_decode_full_at_fewer_sessions_than_the_model_holds_lowers_its_kv_room() -> None:
+    scaler = policy(calibration_s=60)
+    first = scaler.decide(observe(0, X, Y, decode_running=Y * 10.0, decode_kv_usage=0.2), Limits())
+    model_cap = first.details["decode_kv_capacity_cap"]
+    assert "decode_kv_correction_target" not in first.details  # a fifth full: too empty to say
+    for step in range(1, 12):  # full at half the model's cap per instance
+        decision = scaler.decide(
+            observe(step * 15.0, X, Y, decode_running=Y * model_cap / 2, decode_kv_usage=1.0), Limits()
+        )
+    assert decision.details["decode_kv_correction_target"] == pytest.approx(0.5, abs=0.01)
+    assert decision.details["decode_kv_correction"] < 0.6
+    assert decision.details["decode_kv_capacity_cap"] < 0.6 * model_cap
+    assert floors(decision)[1] > floors(first)[1]
+
+
 def test_a_pool_above_its_floor_releases_instances_to_a_pool_that_grows_now() -> None:
     x, y = model_plan(20.0)
     scaler = policy()
@@ -381,6 +396,7 @@ HOSTILE: list[tuple[str, Any]] = [
     ("a window entry later than the state", {"layers": {"prefill": {"window": {"history": [[1e15, 9]]}}}}),
     ("a rate limit entry later than the state", {"layers": {"decode": {"rate": {"history": [[1e15, 0]]}}}}),
     ("a forecast slope beyond reason", {"demand": {"forecast": {"slope": 1e300}}}),
+    ("a KV correction out of range", {"kvCorrection": {"factor": 9.0}}),
 ]
 
 
