@@ -2,7 +2,9 @@
 
 - The rate is the window's arrivals (not completions: a step is seen at the next scrape), plus the
   rise the load forecast expects over the lead time of the cheaper way to grow (a cold start or a
-  conversion, as measured; `lead_time_s` until one is). A forecast only ever adds: it never scales in.
+  conversion, as measured; `lead_time_s` until one is). Prefill's load is forecast as work (prompt
+  tokens to compute per second), not as requests: a mix drifting to longer prompts at a flat rate
+  grows prefill's work as surely as more requests do. A forecast only ever adds: it never scales in.
 - The backlog is work already late: requests queued for prefill beyond one per ready instance (what
   a pool sized for a TTFT quantile holds in passing) are sized to drain within `backlog_drain_s` on
   top of the arrivals, so a pool that fell behind (after a drop to near zero and
@@ -47,16 +49,22 @@ class Demand:
     """The load to size for; `partial` when the lengths are an earlier window's (no scale-in then)."""
 
     arrival_rate: float  # measured
-    rise: float  # the forecast's rise over the lead time (>= 0)
+    rise: float  # the request rate's forecast rise over the lead time (>= 0)
     backlog_rate: float  # prefill requests queued beyond one per ready instance / backlog_drain_s
     lengths: Lengths
     partial: bool = False
     lead_time_s: float = 0.0
+    prefill_growth: float = 1.0  # prefill work's forecast over the lead time, over its present (>= 1)
 
     @property
     def rate(self) -> float:
-        """Requests/s the pools are sized for."""
+        """Requests/s decode is sized for."""
         return self.arrival_rate + self.rise
+
+    @property
+    def prefill_rate(self) -> float:
+        """Requests/s of the window's prompts that prefill is sized for, before its backlog."""
+        return self.arrival_rate * self.prefill_growth
 
 
 def _usable(value: float | None) -> bool:
@@ -89,6 +97,7 @@ class DemandEstimator:
         self.prior_lead_s = lead_time_s
         self.backlog_drain_s = backlog_drain_s
         self.forecast = RateForecast(lead_time_s)
+        self.work_forecast = RateForecast(lead_time_s)  # prompt tokens to compute per second
         self.lead_times = LeadTimes(in_flight_timeout_s)
         self.last_lengths: Lengths | None = None
 
@@ -110,20 +119,30 @@ class DemandEstimator:
                 return "MissingRequestLengths"
             lengths, partial = self.last_lengths or Lengths(1.0, 1.0), rate > 0
         self.last_lengths = lengths
+        work = rate * lengths.isl * (1 - lengths.hit_rate)
+        if not partial:
+            self.work_forecast.add(observation.time_s, work)
         lead = self.lead_time_s()
-        rise = self.forecast.rise()
-        rise = max(0.0, rise * lead / self.forecast.horizon_s) if rise is not None and rate > 0 else 0.0
+        rise = self._ahead(self.forecast, lead) if rate > 0 else 0.0
+        growth = 1 + self._ahead(self.work_forecast, lead) / work if work > 0 else 1.0
         queue = observation.prefill_queue
         backlog = (
             max(queue - observation.prefill.ready, 0.0) / self.backlog_drain_s
             if queue is not None and math.isfinite(queue)
             else 0.0
         )
-        return Demand(rate, rise, backlog, lengths, partial, lead)
+        return Demand(rate, rise, backlog, lengths, partial, lead, growth)
+
+    @staticmethod
+    def _ahead(forecast: RateForecast, lead_s: float) -> float:
+        """The forecast's rise over the lead time, or 0 (never a fall: no forecast scales in)."""
+        rise = forecast.rise()
+        return 0.0 if rise is None else max(0.0, rise * lead_s / forecast.horizon_s)
 
     def state(self) -> dict[str, Any]:
         return {
             "forecast": self.forecast.state(),
+            "workForecast": self.work_forecast.state(),
             "leadTimes": self.lead_times.state(),
             "lengths": None if self.last_lengths is None else self.last_lengths.as_list(),
         }
@@ -131,7 +150,9 @@ class DemandEstimator:
     def restore(self, data: JsonMap, latest_s: float) -> None:
         """Continue from `state()`'s output (a `StateError` leaves this unchanged)."""
         forecast, lead_times = RateForecast(self.forecast.horizon_s), LeadTimes(self.lead_times.timeout_s)
+        work_forecast = RateForecast(self.forecast.horizon_s)
         forecast.restore(section(data, "forecast"), latest_s)
+        work_forecast.restore(section(data, "workForecast"), latest_s)
         lead_times.restore(section(data, "leadTimes"), latest_s)
         lengths = None
         if data.get("lengths") is not None:
@@ -141,4 +162,5 @@ class DemandEstimator:
                     "lengths", data["lengths"], f"needs lengths >= 1, a hit rate <= {MAX_HIT_RATE}"
                 )
             lengths = Lengths(isl, osl, isl_std, osl_std, hit)
-        self.forecast, self.lead_times, self.last_lengths = forecast, lead_times, lengths
+        self.forecast, self.work_forecast = forecast, work_forecast
+        self.lead_times, self.last_lengths = lead_times, lengths

@@ -1,7 +1,7 @@
 """The capacity model's answer: instances each pool needs for a demand, and the size it may shrink to.
 
-One `size_pools` call sizes four rows: prefill at its load (arrivals, forecast rise and backlog, times
-the learned correction) and at that load × (1 + tolerance), decode at the arrival rate (with its
+One `size_pools` call sizes four rows: prefill at its load (arrivals grown by the forecast of its
+work, and the backlog, times the learned correction) and at that load × (1 + tolerance), decode at the arrival rate (with its
 forecast rise) and at that rate × (1 + tolerance). The first of each pair is the floor (below it the
 pool misses its SLO), the second the size a pool above it shrinks to (so N−1 still meets the SLO with
 the tolerance to spare, and noise does not flap it). Decode's sessions are floored by the requests it
@@ -66,7 +66,7 @@ def pool_need(
     """What the capacity model says each pool needs for `demand` (see the module docstring)."""
     if demand.rate == 0 and demand.backlog_rate == 0:
         return Need((0, 0), (0, 0), "zero_traffic", ("ZeroTraffic",))
-    prefill_rate = (demand.rate + demand.backlog_rate) * correction
+    prefill_rate = (demand.prefill_rate + demand.backlog_rate) * correction
     lengths = demand.lengths
     rates = np.array(
         [prefill_rate, prefill_rate * (1 + tolerance), demand.rate, demand.rate * (1 + tolerance)]
