@@ -7,7 +7,7 @@ prefill load: each window in which prefill alone explains the TTFT proposes the 
 model's p90 on the serving pool equals the measured p90, and the factor follows the proposals with
 time constant `calibration_s` (four times faster upwards: a miss costs more than a spare instance).
 A window is prefill's to explain when its pool served it whole (the same ready count for a window,
-nothing starting or draining) and no request waited on decode (decode's misses are decode's).
+nothing draining) and no request waited on decode (decode's misses are decode's).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class PrefillCorrection:
 
     def _serving_whole_window(self, observation: Observation) -> bool:
         pool = observation.prefill
-        steady = pool.starting == 0 and pool.draining == 0 and pool.ready > 0
+        steady = pool.draining == 0 and pool.ready > 0  # instances still starting served nothing yet
         if not steady:
             self._steady = None
             return False
