@@ -201,6 +201,14 @@ def test_every_reason_is_given_where_it_applies(
     assert reason in decision.reasons, (situation, decision.reasons)
 
 
+def test_a_decode_side_that_cannot_be_built_is_said_and_never_shrunk_for_it() -> None:
+    huge = dataclasses.replace(CONTEXT.model, params=400e9)  # 800 GB of weights on one 80 GB GPU
+    made = make_policy("xpyd", dataclasses.replace(CONTEXT, model=huge))
+    decision = made.decide(observe(0, 4, 4), Limits())
+    assert "DecodeInfeasible" in decision.reasons
+    assert decision.decode == 4
+
+
 def test_a_window_of_partial_data_scales_up_but_never_down() -> None:
     scaler = policy()
     scaler.decide(observe(0, X, Y), Limits())
