@@ -90,5 +90,5 @@ def test_autoscaling_write_keeps_the_sections_hand_written_paragraphs(tmp_path: 
     headline = written[written.index(markers(autoscaling.HEADLINE_BLOCK)[0]) :]
     # Medians with the seeds' range: 91 %, 92 %, 93 % -> 92.0% (91.0–93.0%).
     assert "| xpyd | 3 | 92.0% (91.0–93.0%) · 0.5 (0.5–0.5) |" in headline
-    for hand_written in ("Reading:", "#### The drift day uncompressed (24 h)", autoscaling.SECTION):
+    for hand_written in ("Reading:", "Reading. xpyd meets the SLO", autoscaling.SECTION):
         assert hand_written in written
