@@ -327,6 +327,18 @@ def seeds_per_policy(
     return seeds
 
 
+def chosen_policies(
+    parser: argparse.ArgumentParser, available: list[str], asked: list[str] | None
+) -> list[str]:
+    """`available`, in its order, narrowed to `--policies`; a name not available is a usage error."""
+    if not asked:
+        return available
+    unknown = sorted(set(asked) - set(available))
+    if unknown:
+        parser.error(f"--policies {' '.join(unknown)}: not available here; available: {', '.join(available)}")
+    return [p for p in available if p in asked]
+
+
 def add_seed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--seeds-for", nargs="*", metavar="POLICY=N", help="fewer seeds for these policies")
@@ -349,13 +361,7 @@ def main() -> int:
     policies = [p for p in EXPECTED_POLICIES if p in available] + [
         p for p in available if p not in EXPECTED_POLICIES
     ]
-    if args.policies:
-        unknown = sorted(set(args.policies) - set(available))
-        if unknown:
-            parser.error(
-                f"--policies {' '.join(unknown)}: not available here; available: {', '.join(available)}"
-            )
-        policies = [p for p in policies if p in args.policies]
+    policies = chosen_policies(parser, policies, args.policies)
     table = {k: v for k, v in scenarios().items() if not args.only or k in args.only}
     seeds = seeds_per_policy(args, parser)
     jobs = [

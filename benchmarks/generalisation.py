@@ -614,14 +614,7 @@ def main() -> int:
         *REFERENCE_ROWS,
         *(r for r in POLICY_ROWS if r not in real_dynamo.NAMES or real_dynamo.available()),
     ]
-    rows = available
-    if args.policies:
-        unknown = sorted(set(args.policies) - set(available))
-        if unknown:
-            parser.error(
-                f"--policies {' '.join(unknown)}: not available here; available: {', '.join(available)}"
-            )
-        rows = [r for r in available if r in args.policies]
+    rows = autoscaling.chosen_policies(parser, available, args.policies)
     seeds = range(1, args.seeds + 1)
     # The searches first: they are the longest jobs, and the pool then ends on short ones.
     order = sorted(rows, key=lambda r: (r != "fixed-split", r != "hindsight"))
