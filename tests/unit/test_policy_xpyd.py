@@ -98,6 +98,22 @@ def test_a_rising_load_is_sized_for_the_lead_time_ahead() -> None:
     assert decision.details["sized_arrival_rate"] > decision.details["arrival_rate"] == 29.0
 
 
+@pytest.mark.parametrize("rate", [5e-324, 2.2e-309, 1e-300])
+def test_a_vanishing_rate_after_a_rising_one_forecasts_a_finite_load(rate: float) -> None:
+    scaler = policy(lead_time_s=120)
+    rates = [0.0, 4.0, 9.0, rate, 9.0]
+    decisions = [
+        scaler.decide(observe(i * 15.0, 2, 2, arrival_rate=r), Limits()) for i, r in enumerate(rates)
+    ]
+    assert all(math.isfinite(d.details["sized_arrival_rate"]) for d in decisions)
+    assert all(d.prefill is not None and d.decode is not None for d in decisions)
+
+
+def test_mean_lengths_below_one_token_are_no_lengths() -> None:
+    decision = policy().decide(observe(0, 2, 2, mean_input_tokens=1e-310), Limits())
+    assert "MissingRequestLengths" in decision.reasons
+
+
 def test_a_measured_ttft_above_the_models_raises_the_prefill_correction() -> None:
     scaler = policy(calibration_s=60)
     ready = model_plan(20.0)[0]

@@ -54,7 +54,7 @@ class Demand:
     lengths: Lengths
     partial: bool = False
     lead_time_s: float = 0.0
-    prefill_growth: float = 1.0  # prefill work's forecast over the lead time, over its present (>= 1)
+    prefill_rise: float = 0.0  # prefill work's forecast rise over the lead time, in requests/s (>= 0)
 
     @property
     def rate(self) -> float:
@@ -64,7 +64,7 @@ class Demand:
     @property
     def prefill_rate(self) -> float:
         """Requests/s of the window's prompts that prefill is sized for, before its backlog."""
-        return self.arrival_rate * self.prefill_growth
+        return self.arrival_rate + self.prefill_rise
 
 
 def _usable(value: float | None) -> bool:
@@ -72,9 +72,9 @@ def _usable(value: float | None) -> bool:
 
 
 def window_lengths(observation: Observation) -> Lengths | None:
-    """The window's lengths; None when it has no (finite, positive) means."""
+    """The window's lengths; None when it has no finite means of at least one token."""
     isl, osl = observation.mean_input_tokens, observation.mean_output_tokens
-    if isl is None or osl is None or not (_usable(isl) and _usable(osl)):
+    if isl is None or osl is None or not (_usable(isl) and _usable(osl)) or min(isl, osl) < 1:
         return None
     p90_in, p90_out, hit = (
         observation.p90_input_tokens,
@@ -119,19 +119,21 @@ class DemandEstimator:
                 return "MissingRequestLengths"
             lengths, partial = self.last_lengths or Lengths(1.0, 1.0), rate > 0
         self.last_lengths = lengths
-        work = rate * lengths.isl * (1 - lengths.hit_rate)
+        per_request = lengths.isl * (1 - lengths.hit_rate)
+        work = rate * per_request
         if not partial:
             self.work_forecast.add(observation.time_s, work)
         lead = self.lead_time_s()
         rise = self._ahead(self.forecast, lead) if rate > 0 else 0.0
-        growth = 1 + self._ahead(self.work_forecast, lead) / work if work > 0 else 1.0
+        # the work's rise in requests of this window's prompts (never a division by a vanishing rate)
+        prefill_rise = self._ahead(self.work_forecast, lead) / per_request if work > 0 else 0.0
         queue = observation.prefill_queue
         backlog = (
             max(queue - observation.prefill.ready, 0.0) / self.backlog_drain_s
             if queue is not None and math.isfinite(queue)
             else 0.0
         )
-        return Demand(rate, rise, backlog, lengths, partial, lead, growth)
+        return Demand(rate, rise, backlog, lengths, partial, lead, prefill_rise)
 
     @staticmethod
     def _ahead(forecast: RateForecast, lead_s: float) -> float:

@@ -151,7 +151,7 @@ class XpydPolicy:
         self._demand.lead_times.asked(observation.time_s, pools.supply, (decided[0], decided[1]))
         details = self._details(demand.rate, need, pools, measured_rate=demand.arrival_rate)
         details |= {"backlog_rate": demand.backlog_rate, "lead_time_seconds": demand.lead_time_s}
-        details["prefill_work_growth"] = demand.prefill_growth
+        details["prefill_forecast_rise"] = demand.prefill_rise
         details |= {
             "prefill_correction": self._correction.factor,
             "decode_kv_correction": measured.kv_scale or 1.0,
@@ -160,7 +160,7 @@ class XpydPolicy:
             details["prefill_correction_target"] = target
         if kv_target is not None:
             details["decode_kv_correction_target"] = kv_target
-        if demand.rise > 0 or demand.prefill_growth > 1:
+        if demand.rise > 0 or demand.prefill_rise > 0:
             reasons.append("SizedForForecastLoad")
         if demand.backlog_rate > 0:
             reasons.append("PrefillBacklog")
