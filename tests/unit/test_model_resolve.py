@@ -12,7 +12,8 @@ import pytest
 
 from xpyd_api.errors import InputError
 from xpyd_api.models import PDDSpecError, parse_pdd
-from xpyd_controller.cli.plan import PlanInputError, build_model, register
+from xpyd_controller.cli.plan import register
+from xpyd_controller.cli.plan.arguments import PlanInputError, build_model
 from xpyd_controller.control.setup import SetupError, gpu_spec, link_spec, model_spec
 from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
 from xpyd_controller.model.resolve import PresetError, resolve_gpu, resolve_link, resolve_model
