@@ -1,9 +1,12 @@
-"""Compile the simulator's event loop (xpyd_controller/sim/engine.py) with mypyc, as `engine_native`.
+"""Compile the simulator's event loop (xpyd_controller/sim/engine.py and its parts, engine_*.py) with
+mypyc, as `engine_native`.
 
 One build path for both users: `hack/native` (a checkout, cached by source digest) and the wheel
-build (`setup.py`, as black and mypy ship compiled wheels). The compiled copy gets its own module
-name beside the source with a stamp of the sources it was built from; `sim/native.py` runs it only
-while the stamp matches. Without a C compiler or mypyc the caller keeps the pure-Python source.
+build (`setup.py`, as black and mypy ship compiled wheels). Each module is compiled as a copy under
+its own name beside the source (engine.py as engine_native, engine_PART.py as engine_native_PART, the
+imports between them renamed to match), all in one library so that calls between the parts stay
+native; `sim/native.py` runs the build only while its stamp matches the sources. Without a C compiler
+or mypyc the caller keeps the pure-Python source.
 
     python build_native.py PACKAGE_PARENT OUT_DIR   # PACKAGE_PARENT holds xpyd_controller/
 """
@@ -11,11 +14,23 @@ while the stamp matches. Without a C compiler or mypyc the caller keeps the pure
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+# The compiled modules' library (`engine_native__mypyc`), beside their copies in the package.
+NATIVE_GROUP = "xpyd_controller.sim.engine_native"
+# `xpyd_controller.sim.engine_PART` in an import: renamed to the compiled copy's name.
+_PART_IMPORT = re.compile(r"(\bxpyd_controller\.sim\.)engine_(?=\w)")
+
+
+def compiled_sources(sim: Path) -> list[Path]:
+    """engine.py and its parts, every `engine_*.py` in `sim` (the same rule as sim/native.py's)."""
+    parts = sorted(path for path in sim.glob("engine_*.py") if not path.name.startswith("engine_native"))
+    return [sim / "engine.py", *parts]
 
 
 class NativeBuildError(RuntimeError):
@@ -45,9 +60,19 @@ def compile_engine(package_parent: Path, out_dir: Path) -> list[Path]:
             shared = package_parent.parent.parent / "operator" / "src" / "xpyd_api"
         shutil.copytree(shared, build / "xpyd_api", ignore=shutil.ignore_patterns("__pycache__"))
         sim = build / "xpyd_controller" / "sim"
-        shutil.copy(sim / "engine.py", sim / "engine_native.py")
+        compiled = []
+        for source in compiled_sources(sim):
+            target = sim / source.name.replace("engine", "engine_native", 1)
+            target.write_text(_PART_IMPORT.sub(r"\1engine_native_", source.read_text()))
+            compiled.append(str(target.relative_to(build)))
+        (build / "setup_native.py").write_text(
+            "from setuptools import setup\n"
+            "from mypyc.build import mypycify\n"
+            f"setup(name='engine_native', ext_modules=mypycify({compiled!r}, opt_level='3', debug_level='1',"
+            f" group_name={NATIVE_GROUP!r}))\n"
+        )
         done = subprocess.run(
-            [sys.executable, "-m", "mypyc", "xpyd_controller/sim/engine_native.py"],
+            [sys.executable, "setup_native.py", "build_ext", "--inplace"],
             cwd=build,
             env={**os.environ, "MYPYPATH": str(build)},
             capture_output=True,

@@ -32,6 +32,15 @@ from xpyd_api.resize import Member, Moves, resize
 from xpyd_controller.policy.types import Decision, Limits
 from xpyd_controller.sim import engine
 from xpyd_controller.sim.config import Control, Fleet, Realism, SimConfig
+from xpyd_controller.sim.engine_instance import (
+    CONVERTING,
+    DECODE,
+    DRAINING,
+    PREFILL,
+    READY,
+    STARTING,
+    Instance,
+)
 from xpyd_controller.sim.seed import SEED_HARDWARE, SEED_SLO
 from xpyd_controller.sim.traces import Trace
 from xpyd_operator.core.actions import BeginTransition, CancelTransition, CreateInstance, DeleteInstance
@@ -228,7 +237,7 @@ def operator_moves(c: Case) -> tuple[frozenset[tuple[str, str]], dict[Role, int]
     return frozenset(moves), creates
 
 
-def _simulation(c: Case, realism: Realism) -> tuple[engine._Simulation, dict[str, engine._Instance]]:
+def _simulation(c: Case, realism: Realism) -> tuple[engine._Simulation, dict[str, Instance]]:
     cfg = dataclasses.replace(
         SimConfig(SEED_HARDWARE, Fleet("disagg", 1, 1), realism, SEED_SLO),
         control=Control(role_conversion=c.conversion),
@@ -239,21 +248,21 @@ def _simulation(c: Case, realism: Realism) -> tuple[engine._Simulation, dict[str
     )
     sim = engine._Simulation(cfg, requests, None, Limits(prefill_min=0, decode_min=0), None)
     sim.instances.clear()
-    sim.ready = {engine.PREFILL: [], engine.DECODE: []}
+    sim.ready = {PREFILL: [], DECODE: []}
     by_name = {}
     for pod in c.pods:
         state = {
-            "ready": engine.READY,
-            "starting": engine.STARTING,
-            "draining": engine.DRAINING,
-            "converting": engine.CONVERTING,
+            "ready": READY,
+            "starting": STARTING,
+            "draining": DRAINING,
+            "converting": CONVERTING,
         }[pod.state]
         role = str(pod.role.other if pod.state == "converting" else pod.role)
         inst = sim._new_instance(role, state, pod.created)
         inst.target_role = str(pod.role)
-        if state == engine.READY:
+        if state == READY:
             sim._add_ready(inst)
-        if role == engine.DECODE:
+        if role == DECODE:
             inst.size = pod.load  # requests in its batch: what the simulator's load counts
         elif pod.load:
             inst.done_times = deque(
@@ -271,13 +280,13 @@ def simulator_moves(c: Case) -> tuple[frozenset[tuple[str, str]], dict[Role, int
     for name, inst in by_name.items():
         was, now = before[name], inst.state
         gone = inst not in sim.instances
-        if was == engine.DRAINING and now == engine.READY:
+        if was == DRAINING and now == READY:
             moves.add((name, "take back"))
-        elif was == engine.DRAINING and now == engine.CONVERTING:
+        elif was == DRAINING and now == CONVERTING:
             moves.add((name, "redirect"))
-        elif was == engine.READY and now == engine.CONVERTING:
+        elif was == READY and now == CONVERTING:
             moves.add((name, "convert"))
-        elif (was == engine.READY and now == engine.DRAINING) or (was == engine.STARTING and gone):
+        elif (was == READY and now == DRAINING) or (was == STARTING and gone):
             moves.add((name, "remove"))
     known = set(by_name.values())
     creates: dict[Role, int] = {}
@@ -311,7 +320,7 @@ def test_the_simulator_converts_instead_of_a_cold_start_that_ends_later() -> Non
     by_name["p1"].ready_at = NOW + 300.0  # its cold start ends in 300 s, a conversion takes 5 s
     sim._apply(Decision(2, 1, binding="table"), NOW)
     assert by_name["p1"] not in sim.instances  # cancelled...
-    assert by_name["d0"].state == engine.CONVERTING  # ...for a conversion of the newest idle decode
+    assert by_name["d0"].state == CONVERTING  # ...for a conversion of the newest idle decode
     assert sim.scale_downs == 0  # a replaced start is no scale-down
 
 

@@ -12,7 +12,8 @@ import pytest
 from xpyd_controller.model.roofline import decode_step_seconds, kv_transfer_seconds, prefill_seconds
 from xpyd_controller.policy.types import Decision, Limits, Observation
 from xpyd_controller.sim.config import Control, Fleet, Realism, SimConfig, SimConfigError
-from xpyd_controller.sim.engine import _numpy_mean, run_events
+from xpyd_controller.sim.engine import run_events
+from xpyd_controller.sim.engine_observe import numpy_mean
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.seed import SEED_HARDWARE, SEED_SLO, seed_requests
 from xpyd_controller.sim.traces import Trace
@@ -235,4 +236,4 @@ def test_the_kv_usage_mean_is_numpys_to_the_bit(count: int) -> None:
     rng = np.random.default_rng(count)
     for _ in range(50):
         values = (rng.random(count) * 10.0 ** rng.integers(-3, 3, count)).tolist()
-        assert _numpy_mean(values) == float(np.mean(values))
+        assert numpy_mean(values) == float(np.mean(values))

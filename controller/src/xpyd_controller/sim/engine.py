@@ -9,6 +9,14 @@ instance knows each job's completion when the job is assigned, so prefills need 
 Seed semantics kept exactly: least-loaded routing with ties to the lowest index, strict chunk/step
 alternation on co-located GPUs, and a request admitted during a decode step takes part in that
 step (its first token comes at that step's end).
+
+Its parts, compiled together into one build by hack/native (every `engine*.py`):
+- engine.py: the loop, its events and handlers (timing, lifecycle, routing, batch operations,
+  applying a policy's decision by the shared resize rule);
+- engine_instance.py: an instance's lifecycle and engine state, its token-gap stack;
+- engine_link.py: the shared link KV transfers divide (processor sharing);
+- engine_observe.py: what a policy in the loop reads (pool samples, windowed statistics);
+- engine_records.py: what a run returns (RawRun, PoolSample).
 """
 
 from __future__ import annotations
@@ -17,8 +25,6 @@ import gc
 import math
 from bisect import bisect_left
 from collections import defaultdict, deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from itertools import accumulate
 from typing import Any, Final
@@ -28,23 +34,29 @@ from xpyd_api.resize import Member, resize
 from xpyd_controller.model.roofline import decode_step_times, kv_transfer_times, prefill_times
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
 from xpyd_controller.sim.config import SimConfig, SimConfigError
+from xpyd_controller.sim.engine_instance import (
+    CHUNK,
+    CONVERTING,
+    CYCLE,
+    DECODE,
+    DRAINING,
+    IDLE,
+    PREFILL,
+    READY,
+    RUN,
+    STARTING,
+    Instance,
+    record_gap,
+    smallest_batch,
+)
+from xpyd_controller.sim.engine_link import SharedLink
+from xpyd_controller.sim.engine_observe import sample_pools, window_mean, window_p90
+from xpyd_controller.sim.engine_records import PoolSample, ProgressFn, RawRun
 from xpyd_controller.sim.stats import gap_bin
 from xpyd_controller.sim.traces import Trace
 
-# Instance states.
-# Constants are `Final` so that the compiled build (hack/native) inlines them instead of looking
-# them up in the module's namespace at every use.
-STARTING: Final = "starting"
-READY: Final = "ready"
-DRAINING: Final = "draining"
-CONVERTING: Final = "converting"
-PREFILL: Final = "prefill"
-DECODE: Final = "decode"
-# Operations of a batch instance.
-_IDLE: Final = 0
-_RUN: Final = 1
-_CHUNK: Final = 2
-_CYCLE: Final = 3
+__all__ = ["PoolSample", "ProgressFn", "RawRun", "run_events"]
+
 # Event kinds (ints: compared in the hot loop).
 _OP_END: Final = 0
 _ADMIT: Final = 1
@@ -57,125 +69,6 @@ _RETIRE: Final = 7
 # Context bucket (tokens) for step times that read the batch's resident KV.
 _CONTEXT_BUCKET: Final = 256
 _HISTOGRAM_FOLD_AT: Final = 100_000  # distinct exact gap values kept before folding into log bins
-
-ProgressFn = Callable[[float, int, int], None]
-
-
-class _Instance:
-    """One serving instance. Prefill instances are FIFO servers; batch instances (decode or
-    co-located) interleave chunked local prefill with runs of decode steps."""
-
-    __slots__ = (
-        "alt",
-        "chunks_done",
-        "created_s",
-        "ctx_sum",
-        "departures",
-        "done_times",
-        "free_at",
-        "fresh",
-        "gap_count",
-        "gap_max_at",
-        "gap_max_value",
-        "kv_used",
-        "last_step_end",
-        "op",
-        "op_end",
-        "op_first",
-        "op_n",
-        "op_start",
-        "op_step",
-        "queue",
-        "ready_at",
-        "role",
-        "size",
-        "state",
-        "steps",
-        "target_role",
-        "uid",
-        "version",
-    )
-
-    def __init__(self, uid: int, role: str, state: str, created_s: float) -> None:
-        self.uid = uid
-        self.state = state
-        self.created_s = created_s
-        self.ready_at = created_s
-        self.target_role = role
-        self.version = 0
-        self.reset(role)
-
-    def reset(self, role: str) -> None:
-        """Empty engine state for `role` (also used when a conversion completes)."""
-        self.role = role
-        self.done_times: deque[float] = deque()
-        self.free_at = 0.0
-        self.queue: deque[int] = deque()
-        self.chunks_done = 0
-        self.size = 0  # requests in the batch (each holds its reserved KV tokens until it leaves)
-        self.departures: list[tuple[int, int]] = []  # (step count at which it finishes, rid)
-        self.fresh: list[int] = []  # members still waiting for their first token
-        self.steps = 0
-        self.kv_used = 0
-        self.ctx_sum = 0.0
-        self.op = _IDLE
-        self.op_start = self.op_first = self.op_step = self.op_end = 0.0
-        self.op_n = 0
-        self.alt = False
-        self.last_step_end = 0.0
-        # Token gaps as a monotonic stack (entry index, value), values decreasing: the largest gap
-        # since entry i is the first value whose index is >= i (a member's max gap in O(log n)).
-        self.gap_count = 0
-        # The bottom entry (index -1, infinite) is never popped nor found: no emptiness checks.
-        self.gap_max_at: list[int] = [-1]
-        self.gap_max_value: list[float] = [math.inf]
-
-    def prefill_load(self, t: float) -> int:
-        """The seed's prefill load: jobs assigned and not finished, plus one if one is running."""
-        done = self.done_times
-        while done and done[0] < t:
-            done.popleft()
-        return len(done) + (1 if done else 0)
-
-    def is_empty(self, t: float) -> bool:
-        if self.role == PREFILL:
-            return self.free_at <= t
-        return self.op == _IDLE and not self.size and not self.queue
-
-
-@dataclass(frozen=True)
-class PoolSample:
-    """Fleet composition and load at one scrape (what the time series and the policy see)."""
-
-    time_s: float
-    prefill_ready: int
-    prefill_starting: int
-    prefill_draining: int
-    decode_ready: int
-    decode_starting: int
-    decode_draining: int
-    prefill_queue: float
-    decode_running: float
-    decode_kv_usage: float
-    decode_waiting: float  # requests waiting for KV room on decode
-
-
-@dataclass(frozen=True)
-class RawRun:
-    """Everything one run produced, before summarising: per-request records and fleet samples."""
-
-    first_token_s: list[float]
-    finish_s: list[float]
-    max_gap_s: list[float]
-    gap_histogram: dict[int, int]
-    end_s: float
-    gpu_seconds: float
-    samples: tuple[PoolSample, ...]
-    decisions: tuple[tuple[float, Decision], ...]
-    scale_ups: int
-    scale_downs: int
-    conversions: int
-    events: int
 
 
 class _Simulation:
@@ -251,20 +144,17 @@ class _Simulation:
         self.heap: list[tuple[float, int, int, Any, int]] = []
         self.seq = 0
         self.uid = 0
-        self.instances: list[_Instance] = []
-        self.ready: dict[str, list[_Instance]] = {PREFILL: [], DECODE: []}
+        self.instances: list[Instance] = []
+        self.ready: dict[str, list[Instance]] = {PREFILL: [], DECODE: []}
         self.prefill_wait: deque[int] = deque()
         self.decode_wait: deque[int] = deque()
         self.gpu_seconds = 0.0
         self.scale_ups = self.scale_downs = self.conversions = 0
         self.samples: list[PoolSample] = []
         self.decisions: list[tuple[float, Decision]] = []
-        # Shared link (processor sharing with a virtual clock of bytes served per flow).
-        self.link_shared = real.shared_link_bandwidth
-        self.link_virtual = 0.0
-        self.link_last = 0.0
-        self.link_flows: list[tuple[float, int]] = []
-        self.link_version = 0
+        # KV transfers share one link only when the deployment caps its bandwidth.
+        self.link_shared = real.shared_link_bandwidth is not None
+        self.link = SharedLink(real.shared_link_bandwidth or 0.0, hw.link.bandwidth)
         self.prefix_sum_prompt = [0.0, *accumulate(prompt)]
         self.prefix_sum_output = [0.0, *(float(total) for total in accumulate(self.output))]
         self.prefix_sum_hits = [0.0, *accumulate(p - u for p, u in zip(prompt, uncached, strict=True))]
@@ -305,32 +195,32 @@ class _Simulation:
 
     # ---- events and lifecycle -------------------------------------------------------------------
 
-    def _push(self, t: float, kind: int, obj: _Instance | int | None = None, version: int = 0) -> None:
+    def _push(self, t: float, kind: int, obj: Instance | int | None = None, version: int = 0) -> None:
         self.seq += 1
         heappush(self.heap, (t, self.seq, kind, obj, version))
 
-    def _new_instance(self, role: str, state: str, t: float) -> _Instance:
+    def _new_instance(self, role: str, state: str, t: float) -> Instance:
         self.uid += 1
-        inst = _Instance(self.uid, role, state, t)
+        inst = Instance(self.uid, role, state, t)
         self.instances.append(inst)
         return inst
 
-    def _add_ready(self, inst: _Instance) -> None:
+    def _add_ready(self, inst: Instance) -> None:
         inst.state = READY
         ready = self.ready[inst.role]
         ready.append(inst)
         ready.sort(key=lambda i: i.uid)
 
-    def _retire(self, inst: _Instance, t: float) -> None:
+    def _retire(self, inst: Instance, t: float) -> None:
         self.gpu_seconds += (t - inst.created_s) * self.cfg.hardware.gpus_per_instance
         self.instances.remove(inst)
         inst.version += 1
 
-    def _leave_ready(self, inst: _Instance) -> None:
+    def _leave_ready(self, inst: Instance) -> None:
         if inst.state == READY:
             self.ready[inst.role].remove(inst)
 
-    def _check_drained(self, inst: _Instance, t: float) -> None:
+    def _check_drained(self, inst: Instance, t: float) -> None:
         """A draining or converting instance with nothing left: retire it or start its switch."""
         if inst.state not in (DRAINING, CONVERTING) or not inst.is_empty(t):
             return
@@ -344,7 +234,7 @@ class _Simulation:
         else:
             self._push(t + real.drain_s + real.conversion_s, _READY, inst, inst.version)
 
-    def _on_ready(self, inst: _Instance, t: float) -> None:
+    def _on_ready(self, inst: Instance, t: float) -> None:
         if inst.state == CONVERTING:
             inst.reset(inst.target_role)
             self.conversions += 1
@@ -373,26 +263,26 @@ class _Simulation:
                     best, best_load = inst, load
         self._assign_prefill(best, rid, t)
 
-    def _assign_prefill(self, inst: _Instance, rid: int, t: float) -> None:
+    def _assign_prefill(self, inst: Instance, rid: int, t: float) -> None:
         start = inst.free_at if inst.free_at > t else t
         done = start + self.prefill_s[rid]
         inst.free_at = done
         inst.done_times.append(done)
         self.prefill_done[rid] = done
         layerwise = self.layerwise
-        if self.link_shared is not None:
+        if self.link_shared:
             self._push(start if layerwise else done, _XFER_START, rid)
         elif layerwise:
             self._push(max(done + self.xfer_tail_s[rid], start + self.xfer_s[rid]), _ADMIT, rid)
         else:
             self._push(done + self.xfer_s[rid], _ADMIT, rid)
 
-    def _has_room(self, inst: _Instance, rid: int) -> bool:
+    def _has_room(self, inst: Instance, rid: int) -> bool:
         return not self.enforce_kv or inst.kv_used + self.kv_need[rid] <= self.kv_cap_tokens
 
     def _enqueue_local(self, rid: int, t: float) -> bool:
         """Queue a prompt for chunked prefill on the least-loaded batch instance with room."""
-        best: _Instance | None = None
+        best: Instance | None = None
         best_load = 0
         for inst in self.ready[DECODE]:
             load = len(inst.queue) + inst.size
@@ -402,9 +292,9 @@ class _Simulation:
             return False
         best.queue.append(rid)
         best.kv_used += self.kv_need[rid]
-        if best.op == _IDLE:
+        if best.op == IDLE:
             self._pump(best, t)
-        elif best.op == _RUN and best.op_n > 1:
+        elif best.op == RUN and best.op_n > 1:
             self._truncate(best, t)
             self._reschedule(best)
         return True
@@ -422,15 +312,15 @@ class _Simulation:
             roomy = [i for i in ready if self._has_room(i, rid)]
             if not roomy:
                 return False
-            best = _smallest_batch(roomy)
+            best = smallest_batch(roomy)
         else:
-            best = _smallest_batch(ready)
+            best = smallest_batch(ready)
         op = best.op
         best.kv_used += self.kv_need[rid]
-        if op == _IDLE:
+        if op == IDLE:
             self._add_member(best, rid)
             self._pump(best, t)
-        elif op != _RUN and best.op_n == 1:
+        elif op != RUN and best.op_n == 1:
             self._add_member(best, rid)  # joins the step at the end of the cycle, or the next one
         else:
             self._truncate(best, t)
@@ -454,13 +344,13 @@ class _Simulation:
 
     # ---- batch instances ------------------------------------------------------------------------
 
-    def _add_member(self, inst: _Instance, rid: int) -> None:
+    def _add_member(self, inst: Instance, rid: int) -> None:
         inst.size += 1
         inst.fresh.append(rid)
         inst.ctx_sum += self.ctx[rid]
         heappush(inst.departures, (inst.steps + self.output[rid], rid))
 
-    def _pump(self, inst: _Instance, t: float) -> None:
+    def _pump(self, inst: Instance, t: float) -> None:
         """Start the next operation of an idle batch instance (the seed's alternation rule).
 
         Strict alternation (step, chunk, step, ...) is scheduled in fused pieces: a run of steps up
@@ -473,7 +363,7 @@ class _Simulation:
             step = self._step_time(size, inst.ctx_sum)
             n = 1 if queue else inst.departures[0][0] - inst.steps
             inst.alt = True
-            inst.op = _RUN
+            inst.op = RUN
             inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, step, step, n
             inst.op_end = t + n * step
         elif size:
@@ -486,41 +376,41 @@ class _Simulation:
             else:  # identical cycles until the chunk before the last, or the next departure
                 n = min(left - 1, inst.departures[0][0] - inst.steps)
                 period = chunk + self._step_time(size, inst.ctx_sum)
-            inst.op = _CYCLE
+            inst.op = CYCLE
             inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, period, period, n
             inst.op_end = t + n * period
         elif queue:
             chunk = self.chunk_s[queue[0]]
             n = self.chunks - inst.chunks_done
             inst.alt = False
-            inst.op = _CHUNK
+            inst.op = CHUNK
             inst.op_start, inst.op_first, inst.op_step, inst.op_n = t, chunk, chunk, n
             inst.op_end = t + n * chunk
         else:
-            inst.op = _IDLE
+            inst.op = IDLE
             return
         inst.version += 1
         self.seq += 1
         heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
 
-    def _truncate(self, inst: _Instance, t: float) -> None:
+    def _truncate(self, inst: Instance, t: float) -> None:
         """The batch or queue changes at t: settle the steps (or chunks) done; the one in flight becomes
         the operation. The caller changes the instance, then calls `_reschedule`."""
         first, step, start = inst.op_first, inst.op_step, inst.op_start
         if t >= start + first:
             done = 1 + min(int((t - start - first) / step), inst.op_n - 2)
-            if inst.op != _CHUNK:
+            if inst.op != CHUNK:
                 self._complete_steps(inst, done, start, first, step)
-            if inst.op != _RUN:
+            if inst.op != RUN:
                 inst.chunks_done += done
             inst.op_start = start + first + (done - 1) * step
             inst.op_first = step
         inst.op_n = 1
 
-    def _reschedule(self, inst: _Instance) -> None:
+    def _reschedule(self, inst: Instance) -> None:
         """After `_truncate`: extend a step in flight into the run that follows it (when no prefill
         waits), so a newcomer costs no extra event; then schedule the operation's end."""
-        if inst.op == _RUN and not inst.queue:
+        if inst.op == RUN and not inst.queue:
             n = inst.departures[0][0] - inst.steps
             if n > 1:
                 inst.op_step = self._step_time(inst.size, inst.ctx_sum)
@@ -530,7 +420,7 @@ class _Simulation:
         self.seq += 1
         heappush(self.heap, (inst.op_end, self.seq, _OP_END, inst, inst.version))
 
-    def _complete_steps(self, inst: _Instance, k: int, start: float, first: float, step: float) -> None:
+    def _complete_steps(self, inst: Instance, k: int, start: float, first: float, step: float) -> None:
         """Account for k steps from `start` (the first lasting `first`, the rest `step`): first tokens,
         token gaps, step count.
 
@@ -552,7 +442,7 @@ class _Simulation:
             unrecorded = gap
         if fresh:
             if unrecorded:
-                _record_gap(inst, unrecorded)
+                record_gap(inst, unrecorded)
                 unrecorded = 0.0
             start_index = inst.gap_count
             first_token, gap_start = self.first_token, self.gap_start
@@ -568,7 +458,7 @@ class _Simulation:
             hist[step] += later
             unrecorded = max(unrecorded, step)
         if unrecorded:
-            _record_gap(inst, unrecorded)
+            record_gap(inst, unrecorded)
         inst.steps += k
         inst.last_step_end = first_end + (k - 1) * step
 
@@ -579,15 +469,15 @@ class _Simulation:
             self.gap_bins[key] = self.gap_bins.get(key, 0) + count
         self.gap_hist.clear()
 
-    def _op_end(self, inst: _Instance, t: float) -> None:
+    def _op_end(self, inst: Instance, t: float) -> None:
         op = inst.op
-        inst.op = _IDLE
-        if op != _RUN:  # chunks or cycles: the head's chunks (it joins only at the last)
+        inst.op = IDLE
+        if op != RUN:  # chunks or cycles: the head's chunks (it joins only at the last)
             inst.chunks_done += inst.op_n
             if inst.chunks_done == self.chunks:
                 inst.chunks_done = 0
                 self._add_member(inst, inst.queue.popleft())
-            if op == _CHUNK:
+            if op == CHUNK:
                 self._pump(inst, t)
                 return
         self._complete_steps(inst, inst.op_n, inst.op_start, inst.op_first, inst.op_step)
@@ -598,12 +488,12 @@ class _Simulation:
             self._depart(inst, heappop(departures)[1], t)
             departed = True
         self._pump(inst, t)
-        if inst.op == _IDLE and inst.state != READY:
+        if inst.op == IDLE and inst.state != READY:
             self._check_drained(inst, t)
         if departed and self.decode_wait:
             self._admit_waiting(t)
 
-    def _depart(self, inst: _Instance, rid: int, t: float) -> None:
+    def _depart(self, inst: Instance, rid: int, t: float) -> None:
         inst.size -= 1
         inst.kv_used -= self.kv_need[rid]
         inst.ctx_sum -= self.ctx[rid]
@@ -625,34 +515,18 @@ class _Simulation:
 
     # ---- shared link ------------------------------------------------------------------------------
 
-    def _link_rate(self) -> float:
-        assert self.link_shared is not None
-        per_flow = self.cfg.hardware.link.bandwidth
-        share = self.link_shared / max(1, len(self.link_flows))
-        return per_flow if per_flow < share else share
-
-    def _link_advance(self, t: float) -> None:
-        if self.link_flows:
-            self.link_virtual += (t - self.link_last) * self._link_rate()
-        self.link_last = t
-
-    def _link_reschedule(self, t: float) -> None:
-        self.link_version += 1
-        if self.link_flows:
-            finish = t + (self.link_flows[0][0] - self.link_virtual) / self._link_rate()
-            self._push(max(t, finish), _LINK_DONE, None, self.link_version)
-
     def _link_start(self, rid: int, t: float) -> None:
-        self._link_advance(t)
-        heappush(self.link_flows, (self.link_virtual + self.kv_bytes[rid], rid))
+        self.link.start(rid, self.kv_bytes[rid], t)
         self._link_reschedule(t)
 
+    def _link_reschedule(self, t: float) -> None:
+        finish = self.link.next_finish(t)
+        if finish is not None:
+            self._push(max(t, finish), _LINK_DONE, None, self.link.version)
+
     def _link_done(self, t: float) -> None:
-        self._link_advance(t)
-        flows = self.link_flows
         overhead = self.cfg.hardware.link.overhead
-        while flows and flows[0][0] <= self.link_virtual * (1 + 1e-12) + 1e-6:
-            rid = heappop(flows)[1]
+        for rid in self.link.finished(t):
             ready_at = t + overhead
             if self.layerwise:
                 ready_at = max(ready_at, self.prefill_done[rid] + self.xfer_tail_s[rid])
@@ -662,37 +536,8 @@ class _Simulation:
     # ---- policy in the loop -----------------------------------------------------------------------
 
     def _sample(self, t: float) -> PoolSample:
-        counts = {(r, s): 0 for r in (PREFILL, DECODE) for s in (STARTING, READY, DRAINING)}
-        queued = float(len(self.prefill_wait))
-        running = 0
-        waiting = float(len(self.decode_wait))
-        kv = []
-        for inst in self.instances:
-            role, state = inst.role, inst.state
-            if state == CONVERTING:
-                counts[(role, DRAINING)] += 1
-                counts[(inst.target_role, STARTING)] += 1
-                continue
-            counts[(role, state)] += 1
-            if role == PREFILL:
-                queued += max(0, inst.prefill_load(t) - 1)
-            else:
-                running += inst.size
-                queued += len(inst.queue)
-                waiting += len(inst.queue)
-                kv.append(inst.kv_used / self.kv_cap_tokens if self.kv_cap_tokens else 1.0)
-        return PoolSample(
-            time_s=t,
-            prefill_ready=counts[(PREFILL, READY)],
-            prefill_starting=counts[(PREFILL, STARTING)],
-            prefill_draining=counts[(PREFILL, DRAINING)],
-            decode_ready=counts[(DECODE, READY)],
-            decode_starting=counts[(DECODE, STARTING)],
-            decode_draining=counts[(DECODE, DRAINING)],
-            prefill_queue=queued,
-            decode_running=float(running),
-            decode_kv_usage=_numpy_mean(kv) if kv else 0.0,
-            decode_waiting=waiting,
+        return sample_pools(
+            self.instances, t, len(self.prefill_wait), len(self.decode_wait), self.kv_cap_tokens
         )
 
     def _observe(self, t: float, sample: PoolSample) -> Observation:
@@ -718,9 +563,9 @@ class _Simulation:
 
                 p90_in = float(np.percentile(self.requests.prompt_tokens[lo:hi], 90))
                 p90_out = float(np.percentile(self.requests.output_tokens[lo:hi], 90))
-            ttft = _window_p90(self.ttft_times, self.ttft_values, start, end)
-            tpot = _window_p90(self.tpot_times, self.tpot_values, start, end)
-            tpot_mean = _window_mean(self.tpot_times, self.tpot_values, self.tpot_tokens, start, end)
+            ttft = window_p90(self.ttft_times, self.ttft_values, start, end)
+            tpot = window_p90(self.tpot_times, self.tpot_values, start, end)
+            tpot_mean = window_mean(self.tpot_times, self.tpot_values, self.tpot_tokens, start, end)
         width = self.cfg.hardware.gpus_per_instance
         return Observation(
             time_s=t,
@@ -763,8 +608,8 @@ class _Simulation:
             (Role.DECODE, decision.decode, lim.decode_min, lim.decode_max),
         ):
             desired[role] = None if want is None else min(high, max(low, want))
-        members: list[Member[_Instance]] = []
-        draining: list[Member[_Instance]] = []
+        members: list[Member[Instance]] = []
+        draining: list[Member[Instance]] = []
         for inst in self.instances:
             if inst.state == CONVERTING:
                 members.append(
@@ -816,12 +661,12 @@ class _Simulation:
             else:
                 self._leave(inst, DRAINING, t)
 
-    def _load(self, inst: _Instance, t: float) -> int:
+    def _load(self, inst: Instance, t: float) -> int:
         if inst.role == PREFILL:
             return inst.prefill_load(t)
         return len(inst.queue) + inst.size
 
-    def _leave(self, inst: _Instance, state: str, t: float) -> None:
+    def _leave(self, inst: Instance, state: str, t: float) -> None:
         """Stop routing to a ready instance; it drains, then retires or switches roles."""
         self._leave_ready(inst)
         inst.state = state
@@ -866,7 +711,7 @@ class _Simulation:
             elif kind == _XFER_START:
                 self._link_start(obj, t)
             elif kind == _LINK_DONE:
-                if version == self.link_version:
+                if version == self.link.version:
                     self._link_done(t)
             elif kind == _TICK:
                 self._tick(t)
@@ -891,86 +736,6 @@ class _Simulation:
             conversions=self.conversions,
             events=popped + next_arrival,
         )
-
-
-def _record_gap(inst: _Instance, gap: float) -> None:
-    """Push a token gap on the instance's monotonic stack (dropping smaller, older entries)."""
-    at, values = inst.gap_max_at, inst.gap_max_value
-    if values[-1] == gap:  # the common case: the same step time again
-        at[-1] = inst.gap_count
-        inst.gap_count += 1
-        return
-    while values[-1] <= gap:
-        values.pop()
-        at.pop()
-    at.append(inst.gap_count)
-    values.append(gap)
-    inst.gap_count += 1
-
-
-def _smallest_batch(instances: list[_Instance]) -> _Instance:
-    """The instance with the fewest members, ties to the first (`min` without a key call each)."""
-    best = instances[0]
-    fewest = best.size
-    for inst in instances:
-        size = inst.size
-        if size < fewest:
-            best, fewest = inst, size
-    return best
-
-
-def _window_p90(times: list[float], values: list[float], start: float, end: float) -> float | None:
-    lo, hi = bisect_left(times, start), bisect_left(times, end)
-    if hi <= lo:
-        return None
-    import numpy as np  # only a policy in the loop reads windowed percentiles
-
-    return float(np.percentile(values[lo:hi], 90))
-
-
-def _numpy_mean(values: list[float]) -> float:
-    """`numpy.mean` to the last bit (its pairwise summation), without numpy: the decode KV usage
-    that policies read stays what the benchmark tables were measured with."""
-    return _pairwise_sum(values, 0, len(values)) / len(values)
-
-
-def _pairwise_sum(values: list[float], start: int, count: int) -> float:
-    """numpy's float64 pairwise sum of values[start:start + count]: sequential below 8 values,
-    8 interleaved partial sums up to 128, halves (at a multiple of 8) beyond."""
-    if count < 8:
-        total = 0.0
-        for i in range(start, start + count):
-            total += values[i]
-        return total
-    if count <= 128:
-        partial = values[start : start + 8]
-        end = start + count - count % 8
-        i = start + 8
-        while i < end:
-            for j in range(8):
-                partial[j] += values[i + j]
-            i += 8
-        total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + (
-            (partial[4] + partial[5]) + (partial[6] + partial[7])
-        )
-        while i < start + count:
-            total += values[i]
-            i += 1
-        return total
-    half = count // 2
-    half -= half % 8
-    return _pairwise_sum(values, start, half) + _pairwise_sum(values, start + half, count - half)
-
-
-def _window_mean(
-    times: list[float], values: list[float], weights: list[float], start: float, end: float
-) -> float | None:
-    """The weighted mean of the values timed in [start, end) (a histogram's sum over its count)."""
-    lo, hi = bisect_left(times, start), bisect_left(times, end)
-    total = sum(weights[lo:hi])
-    if total <= 0:
-        return None
-    return sum(v * w for v, w in zip(values[lo:hi], weights[lo:hi], strict=True)) / total
 
 
 def run_events(

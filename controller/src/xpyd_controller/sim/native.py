@@ -1,7 +1,7 @@
 """Which build of the event loop runs: `engine.py` as compiled by mypyc, or as source.
 
-The compiled module, `engine_native`, is built from `engine.py` unchanged (same code, checked types,
-about twice as fast) by `build_native.py` — in a checkout through `hack/native`, and when a wheel is
+The compiled module, `engine_native`, is built from `engine.py` and its parts (`engine_*.py`)
+unchanged (same code, checked types, about twice as fast) by `build_native.py` — in a checkout through `hack/native`, and when a wheel is
 built (`pip install .`, `python -m build`), as black and mypy ship theirs — and lives beside it, out of
 git. Without a C compiler the wheel carries the source only. It is used only when the digest it was built
 from matches the sources now: an edited engine (or a module it imports) falls back to the source
@@ -54,27 +54,38 @@ class NativeEngineError(RuntimeError):
         self.status = status
 
 
-# `from xpyd_... import` lines of engine.py, at any indentation (a regular expression, not the `ast`
+# `from xpyd_... import` lines of the engine's modules, at any indentation (a regular expression, not the `ast`
 # module: parsing the engine cost each `xpyd simulate` ~30 ms, a tenth of a seed-table row).
 _XPYD_IMPORT = re.compile(
     r"^[ \t]*from[ \t]+((?:xpyd_controller|xpyd_api)\.[\w.]+)[ \t]+import\b", re.MULTILINE
 )
 
 
+def compiled_sources() -> list[Path]:
+    """The modules compiled into the build: engine.py and its parts, every `engine_*.py` beside it (the
+    same rule as build_native.py's)."""
+    parts = sorted(ENGINE_SOURCE.parent.glob("engine_*.py"))
+    return [ENGINE_SOURCE, *(path for path in parts if not path.name.startswith("engine_native"))]
+
+
 def _compiled_against() -> list[Path]:
-    """engine.py and the xpyd modules it imports (its own package's and xpyd_api's): what the compiled
-    code assumed about types."""
+    """The compiled modules and the xpyd modules they import (their own package's and xpyd_api's): what
+    the compiled code assumed about types."""
     package_root = ENGINE_SOURCE.parents[2]  # the directory holding xpyd_controller/
     # the shared contract: beside it when installed, in operator/src in a checkout (as build_native.py)
     shared_root = (
         package_root if (package_root / "xpyd_api").is_dir() else package_root.parents[1] / "operator" / "src"
     )
-    paths = [ENGINE_SOURCE]
-    for module in _XPYD_IMPORT.findall(ENGINE_SOURCE.read_text()):
-        root = package_root if module.startswith("xpyd_controller.") else shared_root
-        base = root.joinpath(*module.split("."))
-        module_file = base.with_suffix(".py")
-        paths.append(module_file if module_file.exists() else base / "__init__.py")
+    compiled = compiled_sources()
+    paths = list(compiled)
+    for source in compiled:
+        for module in _XPYD_IMPORT.findall(source.read_text()):
+            root = package_root if module.startswith("xpyd_controller.") else shared_root
+            base = root.joinpath(*module.split("."))
+            module_file = base.with_suffix(".py")
+            path = module_file if module_file.exists() else base / "__init__.py"
+            if path not in paths:
+                paths.append(path)
     return paths
 
 
@@ -127,7 +138,7 @@ def run_events_impl() -> tuple[RunEvents, str]:
                 raise NativeEngineError(f"{CHOICE_VARIABLE}=compiled but {error}", error.status) from error
             if error.status == "stale":
                 warnings.warn(
-                    "the compiled simulator engine is older than sim/engine.py or its imports: running the "
+                    "the compiled simulator engine is older than sim/engine.py, its parts or their imports: running the "
                     "source (about 2x slower); rebuild with hack/native",
                     stacklevel=2,
                 )
