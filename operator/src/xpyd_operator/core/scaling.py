@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from xpyd_api.instances import Instance, Step, Transition, TransitionKind
 from xpyd_api.models import PDDeploymentSpec, RouterType
 from xpyd_api.names import Reason, Role
-from xpyd_api.resize import Member, resize, victim_order
+from xpyd_api.resize import Member, Moves, resize, victim_order
 from xpyd_operator.core.actions import (
     Action,
     AdvanceTransition,
@@ -139,7 +139,14 @@ def _drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> T
         return replace(transition, router_listed=True)  # the router has added it: its drop will count
     if not router_dropped(inp, instance, transition):
         return None
-    if instance.role is Role.DECODE and spec.decode_sent_after_prefill and transition.prefill_backlog is None:
+    return _engine_drain_step(inp, instance, transition)
+
+
+def _engine_drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> Transition | str | None:
+    """`_drain_step` once the router has dropped the instance: what the engines still hold."""
+    spec = inp.spec
+    decode_after_prefill = instance.role is Role.DECODE and spec.decode_sent_after_prefill
+    if decode_after_prefill and transition.prefill_backlog is None:
         recorded = _prefill_backlog(inp)
         return None if recorded is None else replace(transition, prefill_backlog=recorded)
     if inp.in_flight.get(instance.name) != 0:
@@ -150,11 +157,7 @@ def _drain_step(inp: PlanInput, instance: Instance, transition: Transition) -> T
         if inp.now - transition.idle_since < spec.conversion.kv_lease_seconds:
             return None
     backlog = transition.prefill_backlog
-    if (
-        instance.role is Role.DECODE
-        and spec.decode_sent_after_prefill
-        and (backlog is None or not _backlog_done(inp, backlog))
-    ):
+    if decode_after_prefill and (backlog is None or not _backlog_done(inp, backlog)):
         return None
     return "idle"
 
@@ -220,25 +223,39 @@ def _roll_role(
     `busy` names instances that already got an action this round (a conversion just begun): they count
     as members but are not picked again.
     """
-    desired = inp.spec.pool(role).replicas
-    rollout = inp.spec.rollout
     idle = [m for m in members if m.transition is None and m.name not in busy]
     outdated = [m for m in idle if m.template_hash != inp.template_hashes[role]]
-    leaving = [i for i in inp.instances if i.leaving and not i.failed and i.role == role]
-    actions: list[Action] = []
+    creates = _rolling_creates(inp, role, members, outdated)
+    reason = "rolling update" if len(members) >= inp.spec.pool(role).replicas else "scale up or replace"
+    actions: list[Action] = [
+        CreateInstance(role, namer.take(), reason) for _ in range(max(0, min(creates, room)))
+    ]
+    victims = _rolling_victims(inp, role, members, idle, outdated)
+    return actions + [_give_up(inp, victim, why) for victim, why in victims]
 
-    surge_room = desired + rollout.max_surge - (len(members) + len(leaving))
-    creates = max(desired - len(members), min(surge_room, len(outdated)))
-    reason = "rolling update" if len(members) >= desired else "scale up or replace"
-    actions += [CreateInstance(role, namer.take(), reason) for _ in range(max(0, min(creates, room)))]
+
+def _rolling_creates(inp: PlanInput, role: Role, members: list[Instance], outdated: list[Instance]) -> int:
+    """New instances a rolling update starts: what the pool lacks, else one per outdated instance within
+    max_surge (instances still leaving count against it)."""
+    desired = inp.spec.pool(role).replicas
+    leaving = sum(1 for i in inp.instances if i.leaving and not i.failed and i.role == role)
+    surge_room = desired + inp.spec.rollout.max_surge - (len(members) + leaving)
+    return max(desired - len(members), min(surge_room, len(outdated)))
+
+
+def _rolling_victims(
+    inp: PlanInput, role: Role, members: list[Instance], idle: list[Instance], outdated: list[Instance]
+) -> list[tuple[Instance, str]]:
+    """Instances a rolling update removes, and why: outdated ones while the pool stays available without
+    them (unready ones at once), then the least useful idle ones beyond desired + max_surge."""
+    rollout = inp.spec.rollout
+    desired = inp.spec.pool(role).replicas
 
     def order(instance: Instance) -> tuple[bool, float, float]:
         return victim_order(_member(inp, instance, role))
 
     victims: list[tuple[Instance, str]] = []
-    # Old instances go when the pool stays available without them.
-    available = sum(1 for m in idle if m.ready)
-    budget = available - (desired - rollout.max_unavailable)
+    budget = sum(1 for m in idle if m.ready) - (desired - rollout.max_unavailable)
     for old in sorted(outdated, key=order):
         if not old.ready:
             victims.append((old, "rolling update (not ready)"))
@@ -248,8 +265,7 @@ def _roll_role(
     excess = len(members) - len(victims) - (desired + rollout.max_surge)
     chosen = {v.name for v, _ in victims}
     remaining = sorted((m for m in idle if m.name not in chosen), key=order)
-    victims += [(m, "scale down") for m in remaining[: max(0, excess)]]
-    return actions + [_give_up(inp, victim, why) for victim, why in victims]
+    return victims + [(m, "scale down") for m in remaining[: max(0, excess)]]
 
 
 def _give_up(inp: PlanInput, victim: Instance, why: str) -> Action:
@@ -260,68 +276,131 @@ def _give_up(inp: PlanInput, victim: Instance, why: str) -> Action:
 
 
 def plan(inp: PlanInput) -> list[Action]:
-    """Every action needed now to move the observed instances towards the spec."""
+    """Every action needed now to move the observed instances towards the spec, in four steps:
+
+    1. each instance's own business: a failed pod is deleted, a transition in progress takes its next
+       step (`_instance_actions`);
+    2. the pool sizes by the resize rule the simulator shares (xpyd_api.resize), over the pools'
+       members and the instances draining for removal (`_resize`);
+    3. the moves between pools: drains for removal taken back or redirected into a switch, conversions
+       begun (`_moves_between_pools`), each instance then counted in the pool it will serve;
+    4. per role, the creates and removals the rule asks for, or a rolling update where the role's
+       template changed (`_pool_actions`), at most `max_creates` creates in all.
+    """
+    actions = _instance_actions(inp)
+    members = {role: _members(inp.instances, role) for role in Role}
+    moves = _resize(inp, members)
+    actions = _moves_between_pools(inp, moves, actions, members)
+    busy = {name for name, _ in (*moves.convert, *moves.redirect)}
+    return actions + _pool_actions(inp, moves, members, busy)
+
+
+def _instance_actions(inp: PlanInput) -> list[Action]:
+    """Step 1: failed pods go; every transition in progress takes its next step."""
     actions: list[Action] = []
     for instance in inp.instances:
         if instance.failed and not instance.deleting:
             actions.append(DeleteInstance(instance, Reason.PODS_FAILED))
         else:
             actions += _transition_actions(inp, instance)
+    return actions
 
-    members = {role: _members(inp.instances, role) for role in Role}
-    draining = [
-        i
-        for i in inp.instances
-        if i.transition
-        and i.transition.kind is TransitionKind.REMOVE
-        and i.transition.step is Step.DRAINING
-        and not (i.deleting or i.failed)
-    ]
-    moves = resize(
+
+def _drains_for_removal(instance: Instance) -> bool:
+    transition = instance.transition
+    return (
+        transition is not None
+        and transition.kind is TransitionKind.REMOVE
+        and transition.step is Step.DRAINING
+        and not (instance.deleting or instance.failed)
+    )
+
+
+def _resize(inp: PlanInput, members: Mapping[Role, list[Instance]]) -> Moves[str]:
+    """Step 2: what the shared resize rule asks of the two pools."""
+    return resize(
         {role: inp.spec.pool(role).replicas for role in Role},
         [_member(inp, i, role) for role in Role for i in members[role]],
-        [_member(inp, i, i.role) for i in draining],
+        [_member(inp, i, i.role) for i in inp.instances if _drains_for_removal(i)],
         conversion=inp.spec.conversion.enabled and inp.spec.roles_compatible,
     )
+
+
+def _without(actions: list[Action], instance: Instance) -> list[Action]:
+    """The actions, less any for `instance` (a move between pools replaces them)."""
+    return [a for a in actions if getattr(a, "instance", None) != instance]
+
+
+def _moves_between_pools(
+    inp: PlanInput, moves: Moves[str], actions: list[Action], members: dict[Role, list[Instance]]
+) -> list[Action]:
+    """Step 3: `actions` with the moves between pools carried out; `members` then counts each moved
+    instance in the pool it will serve."""
     by_name = {i.name: i for i in inp.instances}
     # A pool that needs instances again takes back the ones it is still draining for removal.
     for name in moves.take_back:
         instance = by_name[name]
-        actions = [a for a in actions if getattr(a, "instance", None) != instance]
-        actions.append(CancelTransition(instance))
+        actions = [*_without(actions, instance), CancelTransition(instance)]
         members[instance.role].append(instance)
     # A pool that needs instances takes over the other pool's drains for removal: they end in a switch.
     for name, target in moves.redirect:
         instance = by_name[name]
-        drain = next(
-            (a.transition for a in actions if isinstance(a, AdvanceTransition) and a.instance == instance),
-            instance.transition,
-        )
-        assert drain is not None, "only instances draining for removal are redirected"
-        actions = [a for a in actions if getattr(a, "instance", None) != instance]
-        converting = replace(drain, kind=TransitionKind.CONVERT, target=target)
-        actions.append(BeginTransition(instance, converting, f"convert to {target} instead of removal"))
+        actions = _redirect(actions, instance, target)
         members[target].append(instance)
     for name, target in moves.convert:
         instance = by_name[name]
         actions.append(_begin(inp, instance, TransitionKind.CONVERT, target, f"convert to {target}"))
         members[instance.role].remove(instance)
         members[target].append(instance)
+    return actions
 
-    busy = {name for name, _ in (*moves.convert, *moves.redirect)}
+
+def _redirect(actions: list[Action], instance: Instance, target: Role) -> list[Action]:
+    """A drain for removal turned into a conversion to `target`: the drain goes on (as this pass
+    advances it, if it does) and ends in a switch instead of a deletion."""
+    drain = next(
+        (a.transition for a in actions if isinstance(a, AdvanceTransition) and a.instance == instance),
+        instance.transition,
+    )
+    assert drain is not None, "only instances draining for removal are redirected"
+    converting = replace(drain, kind=TransitionKind.CONVERT, target=target)
+    return [
+        *_without(actions, instance),
+        BeginTransition(instance, converting, f"convert to {target} instead of removal"),
+    ]
+
+
+def _pool_actions(
+    inp: PlanInput, moves: Moves[str], members: Mapping[Role, list[Instance]], busy: set[str]
+) -> list[Action]:
+    """Step 4: per role, a rolling update where an idle member runs an outdated template, else the
+    rule's creates and removals; creates share the pass's `max_creates`."""
     namer = _Namer(inp.pdd_name, inp.instances)
     room = inp.max_creates
+    actions: list[Action] = []
     for role in Role:
-        hash_now = inp.template_hashes[role]
-        if any(
-            m.template_hash != hash_now and m.transition is None and m.name not in busy for m in members[role]
-        ):
+        if _template_changed(inp, role, members[role], busy):
             role_actions = _roll_role(inp, role, members[role], busy, namer, room=room)
         else:
-            creates = max(0, min(moves.create.get(role, 0), room))
-            role_actions = [CreateInstance(role, namer.take(), "scale up or replace") for _ in range(creates)]
-            names = {m.name for m in members[role]}
-            role_actions += [_give_up(inp, by_name[n], "scale down") for n in moves.remove if n in names]
+            role_actions = _scale_role(inp, role, moves, members[role], namer, room=room)
         room -= sum(1 for a in role_actions if isinstance(a, CreateInstance))
         actions += role_actions
     return actions
+
+
+def _template_changed(inp: PlanInput, role: Role, members: list[Instance], busy: set[str]) -> bool:
+    """An idle member of the role (in no transition, given no move this pass) runs an older template."""
+    now = inp.template_hashes[role]
+    return any(m.template_hash != now and m.transition is None and m.name not in busy for m in members)
+
+
+def _scale_role(
+    inp: PlanInput, role: Role, moves: Moves[str], members: list[Instance], namer: _Namer, *, room: int
+) -> list[Action]:
+    """The rule's creates for the role (within `room`) and its removals among the role's members."""
+    creates = max(0, min(moves.create.get(role, 0), room))
+    actions: list[Action] = [
+        CreateInstance(role, namer.take(), "scale up or replace") for _ in range(creates)
+    ]
+    by_name = {m.name: m for m in members}
+    return actions + [_give_up(inp, by_name[name], "scale down") for name in moves.remove if name in by_name]
