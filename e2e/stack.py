@@ -345,8 +345,8 @@ class Reversals:
 
 
 def targets_line(within_slo: float | None, intervals: float | None, reversals: int, conversions: int) -> str:
-    """The demo's targets (issue 14) against this run: shares of requests and progress intervals within
-    the SLO, reversals per pool per mix phase, conversions."""
+    """The demo's targets against this run: shares of requests and progress intervals within the SLO,
+    reversals per pool per mix phase, conversions."""
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "NOT met"

@@ -139,7 +139,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         manifest(name="x" * 51),
         "metadata.name must be at most 50 characters",
     ),
-    # What a probe once got accepted and then broke the operator on (issue 15):
+    # Inputs the operator could not run, which the CRD refuses (each error names the field):
     (
         "huge replicas",
         manifest(prefill={"replicas": 2147483647, "maxReplicas": 2147483647}),

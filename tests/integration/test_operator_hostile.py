@@ -27,7 +27,7 @@ from tests.integration.pdd import (
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
 
 MIB = 1024 * 1024
-RSS_BUDGET = 20 * MIB  # issue 15: flat within 20 MiB
+RSS_BUDGET = 20 * MIB  # memory stays flat: within 20 MiB over every round
 MAX_REPLICAS = 512  # the CRD's maximum pool size
 PACE = 64  # instance pods per pass in the huge-counts test (the default is 8)
 WARM_UP_PODS = 2 * PACE  # two passes of the widest PDDeployment

@@ -1,5 +1,5 @@
 """`--write` of a benchmark replaces only its generated blocks in docs/BENCHMARKS.md, never the prose
-around them (autoscaling.py used to swap its whole section and lost every hand-written paragraph)."""
+around them (the readings are hand-written and must survive a re-run)."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def test_version_prints_the_package_version_and_the_simulator_build() -> None:
             # statistics (NormalDist) pulls in fractions, decimal and random: the model has its own Φ⁻¹
             {"rich", "yaml", "kubernetes", "kopf", "matplotlib", "xpyd_controller.sim.engine", "statistics"},
         ),
-        # A seed-table row: numpy's import alone was half its CPU time (the 10x target of issue 9).
+        # A seed-table row: importing numpy would be half its CPU time (BENCHMARKS: seed table through the CLI).
         *(
             (
                 ["simulate", *split, "--rate", "28", "--json"],

@@ -246,8 +246,8 @@ def test_a_drain_begins_with_whether_the_router_listed_the_instance() -> None:
 
 
 def test_an_instance_the_router_has_not_listed_yet_is_picked_last() -> None:
-    """Its drain would wait for the router to add and drop it (a demo run converted a decode pod 3 s
-    after it got ready and waited out the 60 s drain timeout); a listed one drains in seconds."""
+    """Its drain would wait for the router to add and drop it (vllm-router adds pods one at a time), up
+    to the drain timeout; a listed one drains in seconds."""
     members = [replace(make_instance(f"x-{n}", D, created=n), pod_ip=f"10.0.0.{n}") for n in range(2)]
     for prefill, decode, kind in ((0, 1, TransitionKind.REMOVE), (1, 1, TransitionKind.CONVERT)):
         idle = {"x-0": 0, "x-1": 0}

@@ -1,17 +1,16 @@
 """The one resize rule (xpyd_api.resize) and its conformance table: every case runs through the rule
 itself, the operator's plan and the simulator's `_apply`, which must all make the same moves.
 
-The table includes the differences the two used to have, settled (issue 10 item 4):
+The table pins the rule's choices where a planner could reasonably differ:
 - neither converts nor removes a pool's last ready instance while its desired size is above zero
-  (the simulator never did; the operator used to remove one beside instances converting in);
-- only ready instances convert (the operator used to begin a conversion of a starting pod);
-- victims: unready first, then least loaded (unknown last), then newest (the simulator took the
-  oldest among equally loaded ones);
+  (not even beside instances converting into the pool);
+- only ready instances convert (a starting pod is not converted);
+- victims: unready first, then least loaded (unknown last), then newest among equals;
 - a pool that is short takes back instances it is draining for removal before any conversion into
-  it (the simulator converted first and un-drained after);
+  it;
 - a pool still short takes over the other pool's drains for removal when conversions are allowed (a
   policy that shrinks one pool in one pass and grows the other in the next, while that drain is on,
-  still converts: the e2e demo's swings did so only by deleting and creating instances before);
+  still converts rather than deleting one instance and cold-starting another);
 - a conversion replaces a cold start that would end later only where the caller knows both times:
   the simulator does, the operator never cancels a start (last tests).
 """

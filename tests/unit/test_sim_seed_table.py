@@ -62,8 +62,8 @@ def test_seed_draws_follow_the_article_order() -> None:
 def test_the_cli_prints_the_article_row(
     row: tuple[str, int, float, float, float, float, float, float],
 ) -> None:
-    """Issue 9: each row as the `xpyd simulate` call benchmarks/simulator_speed.py --cli times, equal
-    to the article's printed TTFT p50 (0.1 ms) and goodput (0.1 %)."""
+    """Each row as the `xpyd simulate` call benchmarks/simulator_speed.py --cli times, equal to the
+    article's printed TTFT p50 (0.1 ms) and goodput (0.1 %)."""
     mode, prefill, rate, ttft_p50, _, _, goodput, _ = row
     split = (
         ["--mode", "colocated", "--split", "8"]
