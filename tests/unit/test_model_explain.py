@@ -53,8 +53,8 @@ def words(**case: object) -> str:
                 "budget": 0.2,
                 "pools": PoolConfig(8, 8, layerwise_transfer=False),
             },
-            "KV transfer of 42.9 GB takes 859 ms on the-link (serialized: layer-wise pipelining off): over the "
-            "200 ms budget; needs NVLink or KV compression",
+            "KV transfer of 42.9 GB takes 859 ms on the-link (serialized: layer-wise pipelining off): 659 ms "
+            "over the 200 ms budget; needs NVLink or KV compression",
         ),
         (
             {"model": LLAMA_70B, "isl": 131072, "ttft": 400, "budget": 0.2, "pools": PoolConfig(8, 8)},
@@ -62,16 +62,21 @@ def words(**case: object) -> str:
         ),
         (
             {"link": LinkSpec(bandwidth=1e9), "isl": 8192, "ttft": 30, "budget": 0.1},
-            "and leaves 665 ms exposed even pipelined layer by layer: over the 100 ms budget",
+            "and leaves 665 ms exposed even pipelined layer by layer: 565 ms over the 100 ms budget",
         ),
         ({"model": LLAMA_70B}, "needs 2 or more GPUs per prefill instance"),
         (
             {"model": LLAMA_70B, "isl": 131072, "pools": PoolConfig(2, 2), "ttft": 400},
             "does not fit in the HBM",
         ),
-        ({"tpot": 0.004}, "leaves no batch: one step already takes 4.79 ms"),
+        (
+            {"tpot": 0.004},
+            "leaves no batch: one step already takes 4.79 ms (step overhead + weight read W/\u03b2), 794 \u00b5s over it",
+        ),
         ({"ttft": 0.15}, "TTFT floor"),
+        ({"ttft": 0.15}, "over the 150 ms SLO: no pool size meets it"),
         ({"rate": 9.5, "ttft": 0.5}, "with queueing is over the 500 ms SLO"),
+        ({"link": LinkSpec(bandwidth=1e9), "rate": 40.0, "isl": 8192, "ttft": 30}, "GB/s by "),
         ({"link": LinkSpec(bandwidth=1e9), "rate": 40.0, "isl": 8192, "ttft": 30}, "latency can be hidden"),
         ({"link": LinkSpec(bandwidth=1e9), "isl": 8192, "ttft": 30}, "layer-wise overlap fails on the-link"),
         ({}, "layer-wise overlap holds"),

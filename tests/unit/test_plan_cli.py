@@ -11,7 +11,14 @@ import pytest
 
 from xpyd_controller.cli import main
 from xpyd_controller.model.presets import DATASHEET_GPUS, GPU_CALIBRATION, LINK_PRESETS, MODEL_PRESETS
-from xpyd_controller.model.sizing import JSON_KEYS, PoolConfig, Slo, Workload, size_pools
+from xpyd_controller.model.sizing import (
+    DEFAULT_TTFT_QUANTILE,
+    JSON_KEYS,
+    PoolConfig,
+    Slo,
+    Workload,
+    size_pools,
+)
 
 PRESETS = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--link", "ib-400g"]
 # The hand-checked numbers below are at the seeds' efficiencies, not the calibrated preset's.
@@ -32,15 +39,28 @@ def plan_json(capsys: pytest.CaptureFixture[str], *flags: str) -> dict[str, obje
     return result
 
 
-def test_json_has_the_design_keys_and_matches_the_model(capsys: pytest.CaptureFixture[str]) -> None:
-    row = plan_json(capsys, "--ttft-slo", "1.5", "--tpot-slo", "0.04")
+@pytest.mark.parametrize(
+    ("flags", "sizing", "quantile"),
+    [
+        ((), "slo", DEFAULT_TTFT_QUANTILE),
+        (("--ttft-quantile", "0.99"), "slo", 0.99),
+        (("--sizing", "throughput"), "throughput", None),
+    ],
+)
+def test_json_has_the_design_keys_and_matches_the_model(
+    capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], sizing: str, quantile: float | None
+) -> None:
+    """By default prefill meets the p90 TTFT with queueing; `--sizing throughput` is the seeds' formula."""
+    row = plan_json(capsys, "--ttft-slo", "1.5", "--tpot-slo", "0.04", *flags)
     assert set(JSON_KEYS) <= set(row)
+    assert (row["sizing"], row["ttft_quantile"]) == (sizing, quantile)
+    assert row["prefill_instances"] >= row["prefill_throughput_instances"] == 2  # type: ignore[operator]
     expected = size_pools(
         MODEL_PRESETS["llama-3.1-8b"],
         DATASHEET_GPUS["h100-sxm"],
         LINK_PRESETS["ib-400g"],
         Workload(rate=10, isl=4096, osl=256),
-        Slo(ttft=1.5, tpot=0.04),
+        Slo(ttft=1.5, tpot=0.04, ttft_quantile=quantile),
         pools=PoolConfig(),
     ).as_dict()
     assert {key: row[key] for key in expected} == expected
@@ -88,8 +108,31 @@ def test_request_flow_flag_sizes_decode_sessions(capsys: pytest.CaptureFixture[s
 def test_human_table_names_the_binding_constraint(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_plan(capsys, *TRAFFIC)
     assert code == 0
-    assert "prefill: 2 instances sized by throughput (1.89 busy instances" in out
+    assert "sizing    each pool the smallest that meets its SLO: TTFT p90 with queueing" in out
+    assert "3 × 1 GPU   TTFT p90 with queueing; throughput floor 2" in out
+    assert "prefill: 3 instances to meet the TTFT quantile with queueing (throughput alone needs 2" in out
     assert "bound by KV capacity" in out
+    assert "D/P (article formula) 0.28" in out
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--sizing", "throughput")
+    assert code == 0
+    assert "2 × 1 GPU   throughput (the seeds' formula)" in out
+    assert "prefill: 2 instances sized by throughput (1.89 busy instances" in out
+
+
+def test_throughput_sizing_that_misses_the_ttft_is_a_plan_not_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At 98 % utilisation the seeds' prefill pool queues past the SLO; a larger pool meets it: exit 0."""
+    flags = ("--model", "llama-3.1-70b", "--prefill-gpus", "4", "--decode-gpus", "4")
+    flags += ("--rate", "10", "--isl", "8000", "--osl", "400", "--sizing", "throughput")
+    assert main(["plan", *flags]) == 0
+    assert (
+        "SLO MISSED at this size (the default --sizing slo sizes prefill to meet it):"
+        in capsys.readouterr().out
+    )
+    assert main(["plan", *flags, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["feasible"], row["slo_attainable"]) == (False, True)
 
 
 def test_infeasible_transfer_in_words_and_exit_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,9 +144,41 @@ def test_infeasible_transfer_in_words_and_exit_one(capsys: pytest.CaptureFixture
     )
     assert code == 1
     assert (
-        "KV transfer of 42.9 GB takes 859 ms on ib-400g (serialized: layer-wise pipelining off): over the "
-        "200 ms budget; needs NVLink or KV compression" in out
+        "KV transfer of 42.9 GB takes 859 ms on ib-400g (serialized: layer-wise pipelining off): 659 ms over "
+        "the 200 ms budget; needs NVLink or KV compression" in out
     )
+    assert "INFEASIBLE (no pool size meets it):" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (
+            ["--tpot-slo", "0.004"],
+            ["the TPOT SLO 4 ms leaves no batch: one step already takes 4.79 ms", "794 µs over it"],
+        ),
+        (["--ttft-slo", "0.01"], ["TTFT floor 213 ms", "203 ms over the 10 ms SLO: no pool size meets it"]),
+    ],
+)
+def test_slo_below_its_floor_exits_one_naming_the_gap(
+    capsys: pytest.CaptureFixture[str], flags: list[str], words: list[str]
+) -> None:
+    code, out, _ = run_plan(capsys, *TRAFFIC, *flags)
+    assert code == 1
+    assert "INFEASIBLE (no pool size meets it):" in out
+    for word in words:
+        assert word in out
+    code, out, _ = run_plan(capsys, *TRAFFIC, *flags, "--json")
+    row = json.loads(out)
+    assert code == 1
+    assert row["slo_attainable"] is False
+    assert any(words[-1] in sentence for sentence in row["infeasible"])
+
+
+def test_ttft_quantile_is_for_slo_sizing_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_plan(capsys, *TRAFFIC, "--sizing", "throughput", "--ttft-quantile", "0.9")
+    assert (code, out) == (2, "")
+    assert "--ttft-quantile 0.9: sizes for a TTFT quantile, which --sizing throughput does not" in err
 
 
 def test_transfer_verdict_follows_the_exposed_time_under_layerwise_overlap(
@@ -140,8 +215,6 @@ def test_weights_that_do_not_fit_say_how_many_gpus(capsys: pytest.CaptureFixture
         (["--link-bandwidth", "0"], ["--link-bandwidth", "0.0", "> 0"]),
         (["--prefill-gpus", "1.5"], ["--prefill-gpus", "1.5", "whole number"]),
         (["--ttft-quantile", "1.2"], ["--ttft-quantile", "1.2", "[0.5, 1)"]),
-        (["--tpot-slo", "0.004"], ["--tpot-slo", "0.004", "physical floor", "4.79 ms", "weight read"]),
-        (["--ttft-slo", "0.01"], ["--ttft-slo", "0.01", "physical floor", "prefill"]),
         (["--sweep", "rate=5:1"], ["--sweep", "rate=5:1", "STOP >= START"]),
         (["--sweep", "speed=1:2"], ["--sweep", "speed", "rate"]),
     ],
@@ -216,7 +289,8 @@ def test_sweep_table_has_a_row_per_value(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_sweep_marks_invalid_points_instead_of_aborting(capsys: pytest.CaptureFixture[str]) -> None:
-    """A TPOT below the floor and a negative rate are rows marked invalid; the other points are sized."""
+    """A negative rate is a row marked invalid, a TPOT below its floor a row that says no pool size meets
+    it; the other points are sized."""
     code, out, _ = run_plan(capsys, *TRAFFIC, "--sweep", "tpot-slo=0.004,0.02,0.05")
     assert code == 0
     rows = {
@@ -224,16 +298,19 @@ def test_sweep_marks_invalid_points_instead_of_aborting(capsys: pytest.CaptureFi
         for line in out.splitlines()
         if line.strip().startswith(("0.004", "0.02", "0.05"))
     }
-    assert "invalid: --tpot-slo 0.004: below the physical floor 4.79 ms" in rows["0.004"]
+    assert "no: decode: the TPOT SLO 4 ms leaves no batch: one step already takes 4.79 ms" in rows["0.004"]
+    assert rows["0.05"].split()[1:3] == ["3", "2"]  # p90 sizing beside the throughput floor
     assert rows["0.05"].rstrip().endswith("yes")
+    assert "TTFT p90" in out
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--sizing", "throughput", "--sweep", "tpot-slo=0.02")
     assert "TTFT mean" in out
     code, out, _ = run_plan(capsys, *TRAFFIC, "--json", "--sweep", "rate=-1,2")
     assert code == 0
     first, second = json.loads(out)["plans"]
     assert first == {"invalid_input": "--rate -1.0: must be a finite number >= 0", "feasible": False}
     assert second["invalid_input"] is None and second["prefill_instances"] >= 1
-    code, out, _ = run_plan(capsys, *TRAFFIC, "--ttft-quantile", "0.9", "--sweep", "rate=1,2")
-    assert "TTFT p90" in out
+    code, out, _ = run_plan(capsys, *TRAFFIC, "--ttft-quantile", "0.99", "--sweep", "rate=1,2")
+    assert "TTFT p99" in out
 
 
 def test_sweep_with_no_valid_point_exits_two(capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,24 +356,73 @@ def test_console_entry_point_end_to_end() -> None:
     assert "--hit-rate -0.5" in done.stderr
 
 
-def test_plan_says_where_its_efficiencies_come_from(capsys: pytest.CaptureFixture[str]) -> None:
-    def sources(*flags: str) -> tuple[dict[str, object], str]:
-        traffic = ("--rate", "40", "--isl", "2000", "--osl", "500")
-        assert main([*PRESETS[:3], *traffic, *flags, "--json"]) in (0, 1)
-        row = json.loads(capsys.readouterr().out)
-        assert main([*PRESETS[:3], *traffic, *flags]) in (0, 1)
-        return row, next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sources"))
+def _assumed(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[dict[str, object], str]:
+    """The JSON object and the table's `assumed` line for a plan of 40 req/s of 2000/500 tokens."""
+    traffic = ("--rate", "40", "--isl", "2000", "--osl", "500")
+    assert main([*PRESETS[:3], *traffic, *flags, "--json"]) in (0, 1)
+    row = json.loads(capsys.readouterr().out)
+    assert main([*PRESETS[:3], *traffic, *flags]) in (0, 1)
+    return row, next(x for x in capsys.readouterr().out.splitlines() if x.startswith("assumed"))
 
-    default, line = sources("--gpu", "h100-sxm")
-    assert "MFU/MBU calibrated" in line and "MFU 0.48, MBU 0.54" in line and "splitwise-sim" in line
-    seeds, given = sources("--gpu", "h100-sxm", "--mfu", "0.4", "--mbu", "1")
-    assert "MFU/MBU as given" in given
+
+def test_plan_says_where_its_efficiencies_come_from(capsys: pytest.CaptureFixture[str]) -> None:
+    default, line = _assumed(capsys, "--gpu", "h100-sxm")
+    assert line == (
+        "assumed   MFU 0.48 (h100-sxm calibration), MBU 0.54 (h100-sxm calibration), "
+        "step overhead 0 s (h100-sxm calibration)"
+    )
+    assert default["calibration_source"] == "splitwise-sim Llama-2-70B TP2"
+    seeds, line = _assumed(capsys, "--gpu", "h100-sxm", "--mfu", "0.4", "--mbu", "1")
+    assert "MFU 0.4 (--mfu), MBU 1 (--mbu), step overhead 0 s (h100-sxm calibration)" in line
+    assert (seeds["mfu_source"], seeds["mbu_source"], seeds["step_overhead_source"]) == (
+        "flag",
+        "flag",
+        "calibration",
+    )
     # The calibrated preset's slower decode steps cost decode instances at the same load.
     assert default["decode_instances"] > seeds["decode_instances"]  # type: ignore[operator]
-    h200, line = sources("--gpu", "h200")
-    assert "MFU 0.49, MBU 0.78, step overhead 2.2 ms" in line
+    h200, line = _assumed(capsys, "--gpu", "h200")
+    assert "MFU 0.49 (h200 calibration), MBU 0.78 (h200 calibration), step overhead 2.2 ms" in line
+    assert h200["step_overhead_seconds"] == GPU_CALIBRATION["h200"].step_overhead_s
     assert h200["tpot_floor_seconds"] == pytest.approx(  # the fitted 2.2 ms step overhead is the default
         GPU_CALIBRATION["h200"].step_overhead_s + 16.06e9 / (4.8e12 * 0.78), rel=0.01
     )
-    _, unmeasured = sources("--gpu", "b200")
-    assert "the seeds' defaults, no measured profile for b200" in unmeasured
+    unmeasured, line = _assumed(capsys, "--gpu", "b200")
+    assert "MFU 0.4 (default: no measured profile for b200)" in line
+    assert unmeasured["calibration_source"] is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # every hardware number given: nothing of the preset's calibration is left
+        (
+            ("--peak-flops", "5e14", "--hbm-bandwidth", "2e12", "--hbm-bytes", "9e10"),
+            {"mfu": (0.4, "default"), "mbu": (1.0, "default"), "step_overhead_seconds": (0.0, "default")},
+        ),
+        # the memory side given: the compute fit stays, MBU and the step overhead go back to defaults
+        (
+            (
+                "--hbm-bandwidth",
+                "2e12",
+            ),
+            {
+                "mfu": (0.49, "calibration"),
+                "mbu": (1.0, "default"),
+                "step_overhead_seconds": (0.0, "default"),
+            },
+        ),
+        # a flag always wins, even against a calibration that applies
+        (
+            ("--mbu", "0.7", "--step-overhead", "0.001"),
+            {"mfu": (0.49, "calibration"), "mbu": (0.7, "flag"), "step_overhead_seconds": (0.001, "flag")},
+        ),
+    ],
+)
+def test_flags_win_over_the_preset_calibration(
+    capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], expected: dict[str, tuple[float, str]]
+) -> None:
+    row, _ = _assumed(capsys, "--gpu", "h200", *flags)
+    for key, (value, source) in expected.items():
+        source_key = key.removesuffix("_seconds") + "_source"
+        assert (row[key], row[source_key]) == (value, source), key

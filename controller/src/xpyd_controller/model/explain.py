@@ -42,6 +42,10 @@ def format_seconds(value: float) -> str:
     return f"{value * 1e6:.3g} µs"
 
 
+# What a throughput-sized prefill pool that misses its TTFT needs: a size chosen for the TTFT itself.
+_MORE_PREFILL = "sized by throughput; sizing for a TTFT quantile adds instances until it is met"
+
+
 def _count(instances: int) -> str:
     return f"{instances} instance" + ("" if instances == 1 else "s")
 
@@ -116,9 +120,11 @@ def _infeasible(
             )
     if bool(np.asarray(plan.decode_weights_fit)[index]) and at("decode_batch_cap") < 1:
         if at("decode_tpot_cap") < 1:
+            floor = at("tpot_floor_seconds")
             infeasible.append(
                 f"decode: the TPOT SLO {format_seconds(at('tpot_slo_seconds'))} leaves no batch: one step "
-                f"already takes {format_seconds(at('tpot_floor_seconds'))} (step overhead + weight read W/β)"
+                f"already takes {format_seconds(floor)} (step overhead + weight read W/β), "
+                f"{format_seconds(floor - at('tpot_slo_seconds'))} over it"
             )
         else:
             infeasible.append(
@@ -130,19 +136,18 @@ def _infeasible(
         if not math.isfinite(predicted):
             infeasible.append(
                 f"prefill: {_count(x)} run at utilisation {at('prefill_utilisation'):.0%}: the queue grows "
-                f"without bound and TTFT misses the {format_seconds(ttft)} SLO (size with --ttft-quantile)"
+                f"without bound and TTFT misses the {format_seconds(ttft)} SLO ({_MORE_PREFILL})"
             )
-        elif at("ttft_floor_seconds") > ttft:
+        elif (floor := at("ttft_floor_seconds")) > ttft:
             infeasible.append(
-                f"prefill: TTFT floor {format_seconds(at('ttft_floor_seconds'))} (prefill + exposed transfer "
-                f"+ first step, no queueing) is over the {format_seconds(ttft)} SLO: more GPUs per prefill "
-                "instance or a faster GPU"
+                f"prefill: TTFT floor {format_seconds(floor)} (prefill + exposed transfer + first step, no "
+                f"queueing) is {format_seconds(floor - ttft)} over the {format_seconds(ttft)} SLO: no pool "
+                "size meets it; more GPUs per prefill instance or a faster GPU"
             )
         else:
             infeasible.append(
                 f"prefill: predicted TTFT {format_seconds(predicted)} with queueing is over the "
-                f"{format_seconds(ttft)} SLO at utilisation {at('prefill_utilisation'):.0%} "
-                "(size with --ttft-quantile)"
+                f"{format_seconds(ttft)} SLO at utilisation {at('prefill_utilisation'):.0%} ({_MORE_PREFILL})"
             )
     transfer, budget = at("transfer_seconds"), at("transfer_budget_seconds")
     exposed = at("exposed_transfer_seconds")
@@ -154,7 +159,8 @@ def _infeasible(
         )
         infeasible.append(
             f"KV transfer of {format_bytes(at('transfer_bytes'))} takes {format_seconds(transfer)} on "
-            f"{link_name}{hidden}: over the {format_seconds(budget)} budget; needs NVLink or KV compression "
+            f"{link_name}{hidden}: {format_seconds(exposed - budget)} over the {format_seconds(budget)} budget; "
+            "needs NVLink or KV compression "
             f"(serialized, at most {format_bytes(at('kv_max_bytes_per_token'))}/token at this length, model has "
             f"{format_bytes(kv)})"
         )
@@ -162,8 +168,8 @@ def _infeasible(
     if demand > capacity and at("decode_instances") > 0:
         infeasible.append(
             f"aggregate KV traffic {format_bytes(demand)}/s exceeds {link_name} capacity "
-            f"{format_bytes(capacity)}/s (one link per GPU on the smaller side): latency can be hidden, "
-            "bandwidth cannot"
+            f"{format_bytes(capacity)}/s by {format_bytes(demand - capacity)}/s (one link per GPU on the "
+            "smaller side): latency can be hidden, bandwidth cannot"
         )
     return infeasible
 

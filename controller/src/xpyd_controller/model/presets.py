@@ -78,7 +78,8 @@ class Calibration:
 
 
 # Fitted at each source's smallest tensor-parallel size; see docs/capacity-model.md, "Calibration".
-# These are the presets' default MFU and MBU (and `xpyd plan`'s default step overhead); MFU is the
+# These are the presets' default MFU and MBU (and `xpyd plan`'s default step overhead) while the peaks
+# they were fitted against are in use (model/resolve.py); MFU is the
 # fraction of the peak of the precision that ran (H200: of the FP8 peak, applied to the BF16 one).
 GPU_CALIBRATION: dict[str, Calibration] = {
     "a100-80g": Calibration(

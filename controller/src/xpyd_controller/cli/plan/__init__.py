@@ -3,8 +3,8 @@
 A thin edge over `xpyd_controller.model`: `arguments` parses the flags once into specs, `sizing` calls
 the vectorised `size_pools` (a sweep's points in one call), `render` prints a table or JSON and
 `plotting` draws `--plot`. The flags and the JSON are a fixed contract (docs/cli.md).
-Exit codes: 0 = a plan (every point of a sweep is reported, feasible or not); 1 = a single plan that
-is infeasible (the reasons are printed); 2 = invalid input, including an SLO below its physical floor.
+Exit codes: 0 = a plan (every point of a sweep is reported, feasible or not); 1 = a single plan that no
+pool size makes meet its SLOs (the constraints and their gaps are printed); 2 = invalid input.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from xpyd_controller.cli.plan.arguments import (
 )
 from xpyd_controller.cli.plan.plotting import plot
 from xpyd_controller.cli.plan.render import render_sweep, render_table, scenario_json
-from xpyd_controller.cli.plan.sizing import SweepResult, check_physical_floors, run_sweep
-from xpyd_controller.model.sizing import size_pools
+from xpyd_controller.cli.plan.sizing import SweepResult, run_sweep, size
 from xpyd_controller.model.specs import SpecError
 
 
@@ -41,10 +40,7 @@ def run(args: argparse.Namespace) -> int:
             inputs, plan = sweep.inputs, sweep.plan
         else:
             inputs = build_inputs(args)
-            plan = size_pools(
-                inputs.model, inputs.gpu, inputs.link, inputs.workload, inputs.slo, pools=inputs.pools
-            )
-            check_physical_floors(plan, inputs)
+            plan = size(inputs)
     except SpecError as err:
         print(f"xpyd plan: error: {spec_error_words(err)}", file=sys.stderr)
         return 2
@@ -53,15 +49,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     emit: Callable[[str], None] = print
     if sweep is None:
-        row = scenario_json(plan, (), inputs.link_name)
+        row = scenario_json(plan, (), inputs)
         emit(json.dumps(row, indent=2) if args.json else render_table(plan, inputs))
-        status = 0 if row["feasible"] else 1
+        status = 0 if row["slo_attainable"] else 1
     else:
         if args.json:
             points = [
                 {"invalid_input": sweep.invalid[i], "feasible": False}
                 if i in sweep.invalid
-                else {**scenario_json(plan, sweep.plan_index[i], inputs.link_name), "invalid_input": None}
+                else {**scenario_json(plan, sweep.plan_index[i], inputs), "invalid_input": None}
                 for i in range(sweep.values.size)
             ]
             emit(

@@ -8,14 +8,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
 from xpyd_api.errors import InputError
-from xpyd_controller.model.presets import GPU_CALIBRATION, GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
-from xpyd_controller.model.resolve import PresetError, resolve_gpu, resolve_link, resolve_model
-from xpyd_controller.model.sizing import PoolConfig, Slo, Workload
+from xpyd_controller.model.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from xpyd_controller.model.resolve import (
+    GpuAssumptions,
+    PresetError,
+    resolve_gpu_assumptions,
+    resolve_link,
+    resolve_model,
+)
+from xpyd_controller.model.sizing import DEFAULT_TTFT_QUANTILE, PoolConfig, Slo, Workload
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec, SpecError
 
 if TYPE_CHECKING:
@@ -59,6 +65,9 @@ MODEL_FLAGS = (
 )
 
 GPU_FLAGS = ("peak_flops", "hbm_bandwidth", "hbm_bytes", "mfu", "mbu")
+# How `--sizing` chooses the pools: each the smallest meeting its SLO, or the seeds' throughput formulas.
+SizingRule = Literal["slo", "throughput"]
+SIZING_RULES: tuple[SizingRule, ...] = get_args(SizingRule)
 
 
 def flag_of(field: str) -> str:
@@ -76,12 +85,17 @@ def add_parser(subparsers: Any, help_text: str) -> argparse.ArgumentParser:
         help=help_text,
         description=(
             "How many prefill and decode instances does this traffic need, which constraint sets each,\n"
-            "and is the KV transfer feasible? All numbers are SI (seconds, bytes, bytes/s, FLOP/s);\n"
-            "presets fill defaults and explicit flags override them.\n\n"
+            "and is the KV transfer feasible? Each pool gets the smallest count that meets its SLO with\n"
+            f"queueing (TTFT at p{DEFAULT_TTFT_QUANTILE * 100:g} unless --ttft-quantile says otherwise; TPOT and KV "
+            "capacity bound the\ndecode batch), shown beside the seeds' throughput floor and the article's "
+            "D/P ratio;\n--sizing throughput gives the seeds' formulas alone. All numbers are SI (seconds, "
+            "bytes,\nbytes/s, FLOP/s); presets fill defaults and explicit flags override them.\n\n"
             "example:\n"
-            "  xpyd plan --model llama-3.1-70b --gpu h100-sxm --link ib-400g --prefill-gpus 2 \\\n"
-            "            --decode-gpus 2 --rate 4 --isl 8000 --osl 256 --ttft-slo 2 --tpot-slo 0.05\n\n"
-            "exit codes: 0 plan printed, 1 single plan infeasible, 2 invalid input or SLO below its floor"
+            "  xpyd plan --model llama-3.1-70b --gpu h100-sxm --link ib-400g --prefill-gpus 4 \\\n"
+            "            --decode-gpus 4 --rate 10 --isl 8000 --osl 400 --ttft-slo 2 --tpot-slo 0.05\n\n"
+            "exit codes: 0 a plan (for a sweep: every point, whatever its verdict); 1 no pool size meets the\n"
+            "SLOs (TTFT floor over the SLO, TPOT under the weight-read floor, weights over HBM, transfer\n"
+            "over budget, link over capacity; each named with the gap); 2 invalid input"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -100,9 +114,18 @@ def add_parser(subparsers: Any, help_text: str) -> argparse.ArgumentParser:
     gpu = parser.add_argument_group("GPU (per GPU)")
     gpu.add_argument("--gpu", choices=sorted(GPU_PRESETS), default="h100-sxm", help="GPU preset (h100-sxm)")
     gpu.add_argument("--peak-flops", type=float, help="dense peak FLOP/s")
-    gpu.add_argument("--mfu", type=float, help="achieved fraction of peak FLOP/s (the preset's calibrated)")
+    gpu.add_argument(
+        "--mfu",
+        type=float,
+        help="achieved fraction of peak FLOP/s (the preset's calibration while --peak-flops is not given, else 0.4)",
+    )
     gpu.add_argument("--hbm-bandwidth", type=float, help="HBM bytes/s")
-    gpu.add_argument("--mbu", type=float, help="achieved fraction of HBM bandwidth (the preset's calibrated)")
+    gpu.add_argument(
+        "--mbu",
+        type=float,
+        help="achieved fraction of HBM bandwidth (the preset's calibration while --hbm-bandwidth is not "
+        "given, else 1)",
+    )
     gpu.add_argument("--hbm-bytes", type=float, help="HBM capacity, bytes")
     link = parser.add_argument_group("KV link")
     link.add_argument("--link", choices=sorted(LINK_PRESETS), default="ib-400g", help="link preset (ib-400g)")
@@ -122,9 +145,16 @@ def add_parser(subparsers: Any, help_text: str) -> argparse.ArgumentParser:
         "--transfer-budget", type=float, help="seconds of TTFT allowed for KV transfer (TTFT SLO)"
     )
     slo.add_argument(
+        "--sizing",
+        choices=SIZING_RULES,
+        default="slo",
+        help="slo: each pool the smallest that meets its SLO with queueing; throughput: the seeds' "
+        "formulas alone, x = ⌈λ·E[S]⌉, to reproduce them (slo)",
+    )
+    slo.add_argument(
         "--ttft-quantile",
         type=float,
-        help="size prefill so this TTFT quantile (e.g. 0.9) meets the SLO with queueing",
+        help=f"the TTFT quantile --sizing slo meets with queueing, in [0.5, 1) ({DEFAULT_TTFT_QUANTILE:g})",
     )
     slo.add_argument(
         "--context-quantile", type=float, help="size the decode batch so its KV fits with this probability"
@@ -135,7 +165,8 @@ def add_parser(subparsers: Any, help_text: str) -> argparse.ArgumentParser:
     pools.add_argument(
         "--step-overhead",
         type=float,
-        help="fixed seconds per decode step (the GPU preset's calibrated, else 0)",
+        help="fixed seconds per decode step (the preset's calibration while --hbm-bandwidth is not given, "
+        "else 0)",
     )
     pools.add_argument(
         "--request-flow",
@@ -183,6 +214,8 @@ class PlanInputs:
     model_name: str
     gpu_name: str
     link_name: str
+    sizing: SizingRule
+    assumptions: GpuAssumptions  # where MFU, MBU and the step overhead came from
 
 
 def _overrides(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -210,9 +243,10 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
     """Flags (and one swept quantity) → validated specs. Raises SpecError or PlanInputError."""
     values: dict[str, Numeric | None] = {key: getattr(args, key) for key in vars(args)}
     values.update(sweep or {})
-    if values["step_overhead"] is None:
-        fit = GPU_CALIBRATION.get(args.gpu)
-        values["step_overhead"] = fit.step_overhead_s if fit else 0.0
+    assumptions = resolve_gpu_assumptions(
+        args.gpu, _overrides(args, GPU_FLAGS), "--gpu", flag_of, step_overhead=values["step_overhead"]
+    )
+    values["step_overhead"] = assumptions.step_overhead
 
     def number(name: str) -> Numeric:
         value = values[name]
@@ -228,7 +262,7 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
     custom_link = args.link_bandwidth is not None or args.link_overhead is not None
     return PlanInputs(
         model=build_model(args),
-        gpu=resolve_gpu(args.gpu, _overrides(args, GPU_FLAGS), "--gpu", flag_of),
+        gpu=assumptions.gpu,
         link=link,
         workload=Workload(
             rate=number("rate"),
@@ -242,7 +276,7 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
             ttft=number("ttft_slo"),
             tpot=number("tpot_slo"),
             transfer_budget=values["transfer_budget"],
-            ttft_quantile=args.ttft_quantile,
+            ttft_quantile=ttft_quantile(args),
             context_quantile=args.context_quantile,
         ),
         pools=PoolConfig(
@@ -257,7 +291,24 @@ def build_inputs(args: argparse.Namespace, sweep: dict[str, FloatArray] | None =
         + (" (modified)" if args.model and _overrides(args, MODEL_FLAGS) else ""),
         gpu_name=args.gpu + (" (modified)" if _overrides(args, GPU_FLAGS) else ""),
         link_name=args.link + (" (modified)" if custom_link else ""),
+        sizing=args.sizing,
+        assumptions=assumptions,
     )
+
+
+def ttft_quantile(args: argparse.Namespace) -> float | None:
+    """The quantile prefill is sized for: the flag's or the default under `--sizing slo`, none otherwise."""
+    if args.sizing == "throughput":
+        if args.ttft_quantile is not None:
+            rule = "sizes for a TTFT quantile, which --sizing throughput does not (leave one of them out)"
+            raise PlanInputError(
+                "--ttft-quantile",
+                args.ttft_quantile,
+                rule,
+                message=f"--ttft-quantile {args.ttft_quantile}: {rule}",
+            )
+        return None
+    return DEFAULT_TTFT_QUANTILE if args.ttft_quantile is None else float(args.ttft_quantile)
 
 
 def parse_sweep(text: str) -> tuple[str, FloatArray]:

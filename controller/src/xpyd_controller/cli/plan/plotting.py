@@ -4,38 +4,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xpyd_controller.cli.plan.arguments import PlanInputs
-from xpyd_controller.cli.plan.sizing import SweepResult
+from xpyd_controller.cli.plan.sizing import SweepResult, size
 from xpyd_controller.model.explain import format_seconds
 from xpyd_controller.model.presets import LINK_PRESETS, MODEL_PRESETS
-from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, size_pools
+from xpyd_controller.model.sizing import Plan
+
+if TYPE_CHECKING:
+    from xpyd_controller.model.roofline import FloatArray
 
 # Colours keep their meaning across both panels and every plot xpyd draws.
 PREFILL_COLOUR, DECODE_COLOUR, TOTAL_COLOUR, INFEASIBLE_COLOUR = "tab:blue", "tab:orange", "0.35", "tab:red"
 LINK_COLOURS = {
-    "nvlink": "tab:green",
+    "nvlink4": "tab:green",
     "ib-400g": "tab:purple",
     "roce-200g": "tab:brown",
     "pcie5": "tab:olive",
 }
-
-
-def _at_points(sweep: SweepResult, points: list[int]) -> tuple[Workload, Slo, PoolConfig]:
-    """The sweep's workload, SLO and pools with the swept quantity at the given plan indices only."""
-    index = np.asarray(points, dtype=np.int64)
-
-    def pick(value: Any) -> Any:
-        return np.asarray(value)[index] if np.ndim(value) == 1 else value
-
-    inputs = sweep.inputs
-    return tuple(  # type: ignore[return-value]
-        dataclasses.replace(part, **{f.name: pick(getattr(part, f.name)) for f in dataclasses.fields(part)})
-        for part in (inputs.workload, inputs.slo, inputs.pools)
-    )
 
 
 def _spread_labels(values: list[float], min_ratio: float) -> list[float]:
@@ -50,6 +39,17 @@ def _spread_labels(values: list[float], min_ratio: float) -> list[float]:
     return heights
 
 
+def _series(
+    args: argparse.Namespace, inputs: PlanInputs, sweep: SweepResult | None
+) -> tuple[FloatArray, Plan, str]:
+    """The x axis, the plan along it and the axis label: the swept quantity's valid points, else the rate."""
+    if sweep is not None:
+        return sweep.values[sorted(sweep.plan_index)], sweep.plan, f"{sweep.flag} (swept)"
+    rates = np.linspace(0.0, max(2.0 * float(args.rate), 1.0), 129)
+    plan = size(dataclasses.replace(inputs, workload=dataclasses.replace(inputs.workload, rate=rates)))
+    return rates, plan, "arrival rate λ (requests/s)"
+
+
 def plot(path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: SweepResult | None) -> None:
     """Two panels: x and y against the swept quantity (or the rate); the KV-transfer feasible region."""
     import matplotlib
@@ -57,36 +57,34 @@ def plot(path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: SweepRe
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if sweep is not None:
-        shown = [i for i in sorted(sweep.plan_index) if i not in sweep.invalid]
-        axis_values = sweep.values[shown]
-        plan = size_pools(  # the valid points only, in swept order
-            sweep.inputs.model,
-            sweep.inputs.gpu,
-            sweep.inputs.link,
-            *_at_points(sweep, [sweep.plan_index[i] for i in shown])[:2],
-            pools=_at_points(sweep, [sweep.plan_index[i] for i in shown])[2],
-        )
-        axis_label = f"{sweep.flag} (swept)"
-    else:
-        axis_values = np.linspace(0.0, max(2.0 * float(args.rate), 1.0), 129)
-        plan = size_pools(
-            inputs.model,
-            inputs.gpu,
-            inputs.link,
-            dataclasses.replace(inputs.workload, rate=axis_values),
-            inputs.slo,
-            pools=inputs.pools,
-        )
-        axis_label = "arrival rate λ (requests/s)"
+    axis_values, plan, axis_label = _series(args, inputs, sweep)
     figure, (pools_axis, region_axis) = plt.subplots(1, 2, figsize=(13, 5))
+    gpus_axis = _draw_pools(pools_axis, axis_values, plan, inputs, sweep)
+    pools_axis.set_xlabel(axis_label)
+    pools_axis.set_title(
+        f"{inputs.model_name} on {inputs.gpu_name}: ISL {args.isl:g}, OSL {args.osl:g}", fontsize=10
+    )
+    handles = [*pools_axis.get_legend_handles_labels()[0], *gpus_axis.get_legend_handles_labels()[0]]
+    figure.legend(
+        handles=handles, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=3, fontsize=8, frameon=False
+    )
+    _draw_region(region_axis, float(np.asarray(plan.transfer_budget_seconds).flat[0]), args, inputs)
+    figure.tight_layout(rect=(0, 0.08, 0.93, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _draw_pools(
+    pools_axis: Any, axis_values: FloatArray, plan: Plan, inputs: PlanInputs, sweep: SweepResult | None
+) -> Any:
+    """x (and the seeds' throughput floor under it), y, the total GPUs on their own axis (returned), verdicts."""
     pools_axis.step(
         axis_values, plan.prefill_instances, where="post", color=PREFILL_COLOUR, label="prefill instances x"
     )
     if inputs.slo.ttft_quantile is not None:
         pools_axis.step(
             axis_values,
-            np.ceil(plan.prefill_load),
+            plan.prefill_throughput_instances,
             where="post",
             linestyle="--",
             color=PREFILL_COLOUR,
@@ -116,19 +114,14 @@ def plot(path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: SweepRe
         for i in sweep.invalid:
             pools_axis.axvline(sweep.values[i], color=INFEASIBLE_COLOUR, alpha=0.25, linewidth=3)
         pools_axis.plot([], [], color=INFEASIBLE_COLOUR, alpha=0.25, linewidth=3, label="invalid input")
-    pools_axis.set_xlabel(axis_label)
     pools_axis.set_ylabel("instances")
     pools_axis.set_ylim(bottom=0)
-    pools_axis.set_title(
-        f"{inputs.model_name} on {inputs.gpu_name}: ISL {args.isl:g}, OSL {args.osl:g}", fontsize=10
-    )
     pools_axis.grid(alpha=0.3)
-    handles = [*pools_axis.get_legend_handles_labels()[0], *gpus_axis.get_legend_handles_labels()[0]]
-    figure.legend(
-        handles=handles, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=3, fontsize=8, frameon=False
-    )
+    return gpus_axis
 
-    budget = float(np.asarray(plan.transfer_budget_seconds).flat[0])
+
+def _draw_region(region_axis: Any, budget: float, args: argparse.Namespace, inputs: PlanInputs) -> None:
+    """kv_max = t_b·BW/L for every link preset (this plan's shaded) and every preset model's kv/token."""
     lengths = np.logspace(np.log10(512), np.log10(2**21), 200)
     links = {**LINK_PRESETS, inputs.link_name: inputs.link}
     for name, spec in links.items():
@@ -163,6 +156,3 @@ def plot(path: str, args: argparse.Namespace, inputs: PlanInputs, sweep: SweepRe
     )
     region_axis.grid(alpha=0.3, which="both")
     region_axis.legend(fontsize=7, loc="lower left")
-    figure.tight_layout(rect=(0, 0.08, 0.93, 1))
-    figure.savefig(path, dpi=110)
-    plt.close(figure)

@@ -1,4 +1,8 @@
-"""`xpyd plan`'s output: the single plan's table, the sweep's table and the JSON objects."""
+"""`xpyd plan`'s output: the single plan's table, the sweep's table and the JSON objects.
+
+Every output says how the pools were sized (`--sizing` and the TTFT quantile) and where the MFU, MBU
+and step overhead in use came from: a flag, the GPU preset's calibration, or the default.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +10,55 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from xpyd_controller.cli.plan.arguments import PlanInputs
+from xpyd_controller.cli.plan.arguments import PlanInputs, flag_of
 from xpyd_controller.cli.plan.sizing import SweepResult
 from xpyd_controller.model.explain import explain, format_bytes, format_seconds, value_at
-from xpyd_controller.model.presets import GPU_CALIBRATION, GPU_PRESETS
+from xpyd_controller.model.presets import GPU_CALIBRATION
+from xpyd_controller.model.resolve import AssumptionSource
 from xpyd_controller.model.sizing import Plan
-from xpyd_controller.model.specs import GpuSpec
 
 if TYPE_CHECKING:
     from xpyd_controller.model.roofline import Numeric
 
+Index = int | tuple[int, ...]
+# `AssumptionSource` in the command line's terms (JSON values of `mfu_source`, `mbu_source`, ...).
+SOURCE_NAMES: dict[AssumptionSource, str] = {
+    "given": "flag",
+    "calibration": "calibration",
+    "default": "default",
+}
+# The peak each efficiency is calibrated against: giving it sets the efficiency back to its default.
+PEAK_OF = {"mfu": "peak_flops", "mbu": "hbm_bandwidth", "step_overhead": "hbm_bandwidth"}
 
-def scenario_json(plan: Plan, index: int | tuple[int, ...], link_name: str) -> dict[str, object]:
-    words = explain(plan, index, link_name=link_name)
+
+def _at(value: Numeric, index: Index) -> float:
+    """One point's value of an input that is a number, or an array over a sweep's points."""
+    array = np.asarray(value, np.float64)
+    return float(array if array.ndim == 0 else array[index])
+
+
+def assumptions_json(inputs: PlanInputs, index: Index = ()) -> dict[str, object]:
+    """The sizing rule, its TTFT quantile, and each efficiency in use with its source."""
+    used = inputs.assumptions
+    fit = used.calibration
     return {
+        "sizing": inputs.sizing,
+        "ttft_quantile": inputs.slo.ttft_quantile,
+        "mfu": used.gpu.mfu,
+        "mfu_source": SOURCE_NAMES[used.mfu_source],
+        "mbu": used.gpu.mbu,
+        "mbu_source": SOURCE_NAMES[used.mbu_source],
+        "step_overhead_seconds": _at(inputs.pools.step_overhead, index),
+        "step_overhead_source": SOURCE_NAMES[used.step_overhead_source],
+        "calibration_source": None if fit is None else fit.source,
+    }
+
+
+def scenario_json(plan: Plan, index: Index, inputs: PlanInputs) -> dict[str, object]:
+    """One scenario as the JSON object `--json` prints (docs/cli.md lists its keys)."""
+    words = explain(plan, index, link_name=inputs.link_name)
+    return {
+        **assumptions_json(inputs, index),
         **plan.as_dict(index),
         "binding": list(words.binding),
         "infeasible": list(words.infeasible),
@@ -31,6 +70,52 @@ def at_input(value: Numeric) -> str:
     return f"{float(np.asarray(value)):g}"
 
 
+def ttft_statistic(inputs: PlanInputs) -> str:
+    quantile = inputs.slo.ttft_quantile
+    return "mean" if quantile is None else f"p{quantile * 100:g}"
+
+
+def _source_words(name: str, source: AssumptionSource, inputs: PlanInputs) -> str:
+    preset = inputs.gpu_name.removesuffix(" (modified)")
+    if source == "given":
+        return flag_of(name)
+    if source == "calibration":
+        return f"{preset} calibration"
+    if preset in GPU_CALIBRATION:
+        return f"default: {flag_of(PEAK_OF[name])} given"
+    return f"default: no measured profile for {preset}"
+
+
+def _assumption_lines(inputs: PlanInputs) -> list[str]:
+    used = inputs.assumptions
+    overhead = np.asarray(inputs.pools.step_overhead)
+    overhead_text = "swept" if overhead.ndim else format_seconds(float(overhead))
+    lines = [
+        f"assumed   MFU {used.gpu.mfu:g} ({_source_words('mfu', used.mfu_source, inputs)}), "
+        f"MBU {used.gpu.mbu:g} ({_source_words('mbu', used.mbu_source, inputs)}), step overhead "
+        f"{overhead_text} ({_source_words('step_overhead', used.step_overhead_source, inputs)})"
+    ]
+    fit = used.calibration
+    if fit is not None:
+        lines.append(
+            f"          calibration: {fit.source}; median error prefill {fit.prefill_error:.0%}, decode "
+            f"{fit.decode_error:.0%} (docs/capacity-model.md, Calibration)"
+        )
+    return lines
+
+
+def _sizing_line(inputs: PlanInputs) -> str:
+    if inputs.sizing == "throughput":
+        return (
+            "sizing    the seeds' formulas: prefill ⌈λ·E[S]⌉, decode ⌈C/B_cap⌉; TTFT shown is the mean with "
+            "queueing (--sizing throughput)"
+        )
+    return (
+        f"sizing    each pool the smallest that meets its SLO: TTFT {ttft_statistic(inputs)} with queueing, "
+        "TPOT and KV capacity bound the decode batch (--sizing slo)"
+    )
+
+
 def _header(inputs: PlanInputs) -> list[str]:
     gpu, link, model = inputs.gpu, inputs.link, inputs.model
     return [
@@ -38,28 +123,26 @@ def _header(inputs: PlanInputs) -> list[str]:
         f"hardware  {inputs.gpu_name}: {gpu.peak_flops / 1e12:.4g} TFLOP/s × MFU {gpu.mfu:g}, "
         f"{format_bytes(gpu.hbm_bandwidth)}/s × MBU {gpu.mbu:g}, {format_bytes(gpu.hbm_bytes)} HBM; "
         f"KV link {inputs.link_name}: {format_bytes(link.bandwidth)}/s + {format_seconds(link.overhead)}",
-        f"sources   {efficiency_source(inputs.gpu_name, gpu)}",
+        *_assumption_lines(inputs),
+        _sizing_line(inputs),
     ]
 
 
-def efficiency_source(gpu_name: str, gpu: GpuSpec) -> str:
-    """Where the MFU and MBU in use come from: given flags, the calibrated preset, or the seeds' defaults."""
-    preset = gpu_name.removesuffix(" (modified)")
-    base = GPU_PRESETS.get(preset)
-    fit = GPU_CALIBRATION.get(preset)
-    if base is None or (gpu.mfu, gpu.mbu) != (base.mfu, base.mbu):
-        used = "MFU/MBU as given"
-    elif fit is None:
-        return f"MFU/MBU: the seeds' defaults, no measured profile for {preset} (peaks: NVIDIA datasheet)"
-    else:
-        used = "MFU/MBU calibrated"
-    if fit is None:
-        return f"{used}; no measured profile for {preset} (peaks: NVIDIA datasheet)"
-    return (
-        f"{used}; {preset}'s measured profiles fit MFU {fit.mfu:g}, MBU {fit.mbu:g}, step overhead "
-        f"{format_seconds(fit.step_overhead_s)} ({fit.source}; median error prefill {fit.prefill_error:.0%}, "
-        f"decode {fit.decode_error:.0%}; docs/capacity-model.md, Calibration)"
-    )
+def _prefill_detail(plan: Plan, inputs: PlanInputs, index: Index = ()) -> str:
+    """What set the prefill pool, beside the seeds' throughput floor."""
+    floor = int(value_at(plan, "prefill_throughput_instances", index))
+    if inputs.sizing == "throughput":
+        return "throughput (the seeds' formula)"
+    if str(np.asarray(plan.prefill_binding)[index]) == "ttft_quantile":
+        return f"TTFT {ttft_statistic(inputs)} with queueing; throughput floor {floor}"
+    return f"throughput floor {floor}, which meets TTFT {ttft_statistic(inputs)}"
+
+
+def verdict_heading(plan: Plan, index: Index = ()) -> str:
+    """How the table heads a plan's unmet constraints: no pool size meets them, or this size misses."""
+    if bool(np.asarray(plan.slo_attainable)[index]):
+        return "SLO MISSED at this size (the default --sizing slo sizes prefill to meet it):"
+    return "INFEASIBLE (no pool size meets it):"
 
 
 def render_table(plan: Plan, inputs: PlanInputs) -> str:
@@ -75,13 +158,13 @@ def render_table(plan: Plan, inputs: PlanInputs) -> str:
     def text(name: str) -> str:
         return str(np.asarray(getattr(plan, name))[()]).replace("_", " ")
 
-    ttft_kind = "mean" if inputs.slo.ttft_quantile is None else f"p{inputs.slo.ttft_quantile * 100:g}"
+    ttft_kind = ttft_statistic(inputs)
     threshold = at("local_prefill_threshold_tokens")
     rows = [
         (
             "prefill instances",
             f"{at('prefill_instances'):g} × {at('prefill_gpus'):g} GPU",
-            text("prefill_binding"),
+            _prefill_detail(plan, inputs),
         ),
         (
             "decode instances",
@@ -150,37 +233,40 @@ def render_table(plan: Plan, inputs: PlanInputs) -> str:
     lines += [f"  {label:<24} {value:>16}   {detail}" for label, value, detail in rows]
     lines += ["", "binding:", *(f"  {text}" for text in words.binding)]
     if words.infeasible:
-        lines += ["INFEASIBLE:", *(f"  {text}" for text in words.infeasible)]
+        lines += [verdict_heading(plan), *(f"  {text}" for text in words.infeasible)]
     lines += ["notes:", *(f"  {text}" for text in words.notes)]
     return "\n".join(lines)
 
 
 def render_sweep(sweep: SweepResult, inputs: PlanInputs) -> str:
     """One row per swept value; an invalid or infeasible point is a row that says why."""
-    ttft_kind = "mean" if inputs.slo.ttft_quantile is None else f"p{inputs.slo.ttft_quantile * 100:g}"
     lines = [*_header(inputs), ""]
-    ttft_title = f"TTFT {ttft_kind}"
+    ttft_title = f"TTFT {ttft_statistic(inputs)}"
     lines.append(
-        f"{sweep.flag:>12} {'prefill':>8} {'decode':>7} {'GPUs':>6} {'batch cap':>9}  {'bound':<15} "
-        f"{ttft_title:>10}  feasible"
+        f"{sweep.flag:>12} {'prefill':>8} {'(floor)':>7} {'decode':>7} {'GPUs':>6} {'D/P':>5} {'batch cap':>9}  "
+        f"{'bound':<15} {ttft_title:>10}  feasible"
     )
     for i, value in enumerate(sweep.values):
         if i in sweep.invalid:
-            lines.append(
-                f"{value:>12g} {'-':>8} {'-':>7} {'-':>6} {'-':>9}  {'-':<15} {'-':>10}  invalid: {sweep.invalid[i]}"
-            )
+            dashes = f"{'-':>8} {'-':>7} {'-':>7} {'-':>6} {'-':>5} {'-':>9}  {'-':<15} {'-':>10}"
+            lines.append(f"{value:>12g} {dashes}  invalid: {sweep.invalid[i]}")
             continue
         j = sweep.plan_index[i]
         row = sweep.plan.as_dict(j)
         ttft = row["predicted_ttft_seconds"]
-        feasible = (
-            "yes"
-            if row["feasible"]
-            else "no: " + "; ".join(explain(sweep.plan, j, link_name=inputs.link_name).infeasible)
-        )
         lines.append(
-            f"{value:>12g} {row['prefill_instances']:>8} {row['decode_instances']:>7} {row['total_gpus']:>6g} "
+            f"{value:>12g} {row['prefill_instances']:>8} {row['prefill_throughput_instances']:>7} "
+            f"{row['decode_instances']:>7} {row['total_gpus']:>6g} {row['decode_prefill_ratio']:>5.2f} "
             f"{row['decode_batch_cap']:>9}  {row['decode_batch_bound']!s:<15} "
-            f"{format_seconds(float(ttft)) if isinstance(ttft, float) else 'unbounded':>10}  {feasible}"
+            f"{format_seconds(float(ttft)) if isinstance(ttft, float) else 'unbounded':>10}  "
+            f"{_sweep_verdict(sweep.plan, j, inputs)}"
         )
     return "\n".join(lines)
+
+
+def _sweep_verdict(plan: Plan, index: int, inputs: PlanInputs) -> str:
+    """`yes`; `missed: ...` where a larger prefill pool meets the SLO; `no: ...` where no pool size does."""
+    if bool(np.asarray(plan.feasible)[index]):
+        return "yes"
+    reasons = "; ".join(explain(plan, index, link_name=inputs.link_name).infeasible)
+    return ("missed: " if bool(np.asarray(plan.slo_attainable)[index]) else "no: ") + reasons
