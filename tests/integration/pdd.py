@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import wait_until
 
@@ -15,6 +16,13 @@ from xpyd_operator.testing import EngineStub, OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "pddeployments.xpyd.dev.yaml"
+
+
+def spec_schema() -> dict[str, Any]:
+    """The CRD's OpenAPI schema of `spec`."""
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return dict(schema["properties"]["spec"])
 
 
 def manifest(name: str = "v", **spec: Any) -> dict[str, Any]:

@@ -65,13 +65,13 @@ class ModelSpec(_Model):
 
     name: str = Field(min_length=1)
     preset: str | None = None
-    params: float | None = Field(default=None, gt=0)
+    params: float | None = Field(default=None, ge=1e6)
     layers: int | None = Field(default=None, ge=1)
     kv_heads: int | None = Field(default=None, ge=1)
     head_dim: int | None = Field(default=None, ge=1)
     hidden_size: int | None = Field(default=None, ge=1)
-    kv_bytes: float | None = Field(default=None, gt=0)
-    weight_bytes: float | None = Field(default=None, gt=0)
+    kv_bytes: float | None = Field(default=None, ge=0.125)
+    weight_bytes: float | None = Field(default=None, ge=0.125)
     kv_latent_dim: int | None = Field(default=None, ge=1)
     rope_dim: int | None = Field(default=None, ge=1)
 
@@ -80,21 +80,21 @@ class HardwareSpec(_Model):
     """GPU and link numbers for the capacity model (presets resolved by the controller)."""
 
     gpu: str | None = None
-    peak_flops: float | None = Field(default=None, gt=0)
-    mfu: float | None = Field(default=None, gt=0, le=1)
-    hbm_bandwidth: float | None = Field(default=None, gt=0)
-    mbu: float | None = Field(default=None, gt=0, le=1)
-    hbm_bytes: float | None = Field(default=None, gt=0)
+    peak_flops: float | None = Field(default=None, ge=1e9)
+    mfu: float | None = Field(default=None, ge=0.001, le=1)
+    hbm_bandwidth: float | None = Field(default=None, ge=1e9)
+    mbu: float | None = Field(default=None, ge=0.001, le=1)
+    hbm_bytes: float | None = Field(default=None, ge=1e9)
     link: str | None = None
-    link_bandwidth: float | None = Field(default=None, gt=0)
+    link_bandwidth: float | None = Field(default=None, ge=1e6)
     link_overhead_seconds: float | None = Field(default=None, ge=0)
 
 
 class SloSpec(_Model):
-    ttft_seconds: float = Field(default=0.6, gt=0)
-    tpot_seconds: float = Field(default=0.1, gt=0)
-    attainment: float = Field(default=0.9, gt=0, le=1)
-    transfer_budget_seconds: float | None = Field(default=None, ge=0)
+    ttft_seconds: float = Field(default=0.6, ge=0.001)
+    tpot_seconds: float = Field(default=0.1, ge=0.001)
+    attainment: float = Field(default=0.9, ge=0.5, le=1)
+    transfer_budget_seconds: float | None = Field(default=None, ge=0.001)
 
 
 class EnvVar(_Model):
@@ -179,11 +179,11 @@ class RouterSpec(_Model):
 
 class ConversionSpec(_Model):
     enabled: bool = True
-    drain_timeout_seconds: float = Field(default=60.0, gt=0)
+    drain_timeout_seconds: float = Field(default=60.0, ge=1)
     # How long a vLLM prefill instance keeps a finished request's KV for decode to pull (rendered as
     # NIXL's kv_connector_extra_config.kv_lease_duration; vLLM's own default by default): a prefill
     # instance switches or goes only this long after its last request ended (within drainTimeoutSeconds).
-    kv_lease_seconds: float = Field(default=NIXL_DEFAULT_KV_LEASE_S, ge=0, le=3600)
+    kv_lease_seconds: float = Field(default=NIXL_DEFAULT_KV_LEASE_S, ge=1, le=3600)
     switch_method: SwitchMethod = SwitchMethod.AUTO
     switch_path: str = Field(default=ROLE_SWITCH.path, pattern=r"^(/[A-Za-z0-9._~-]+)+$")  # a plain path
 
@@ -205,7 +205,7 @@ class AutoscalingSpec(_Model):
     scale_up_window_seconds: float = Field(default=0.0, ge=0)
     scale_down_window_seconds: float = Field(default=300.0, ge=0)
     scale_down_period_seconds: float = Field(default=60.0, ge=1, le=1800)
-    tolerance: float = Field(default=0.1, ge=0, le=1)
+    tolerance: float = Field(default=0.1, ge=0, le=0.99)
     gpu_budget: int | None = Field(default=None, ge=0)
 
 
