@@ -30,7 +30,7 @@ from itertools import accumulate
 from typing import Any, Final
 
 from xpyd_api.names import Role
-from xpyd_api.resize import Member, resize
+from xpyd_api.resize import Member, Moves, resize
 from xpyd_controller.model.roofline import decode_step_times, kv_transfer_times, prefill_times
 from xpyd_controller.policy.types import Decision, Limits, Observation, Policy, PoolState
 from xpyd_controller.sim.config import SimConfig, SimConfigError
@@ -109,14 +109,8 @@ class _Simulation:
         self.kv_cap_tokens = max(0, int(free_hbm / hw.model.kv_bytes_per_token))
         self.enforce_kv = real.kv_capacity
         self.layerwise = real.layerwise_transfer
-        largest = int(max(self.kv_need))
-        if self.enforce_kv and largest > self.kv_cap_tokens:
-            raise SimConfigError(
-                "kv_capacity",
-                self.kv_cap_tokens,
-                f"an instance holds {self.kv_cap_tokens} tokens of KV after the weights, but a request "
-                f"needs {largest}: it could never be admitted (more GPUs per instance or less context)",
-            )
+        if self.enforce_kv:
+            _check_kv_fits(self.kv_need, self.kv_cap_tokens)
         self.chunks = hw.prefill_chunks
         self.local_threshold = real.local_prefill_threshold if self.disagg else None
         self.step_tables: dict[int, list[float]] = {}
@@ -155,9 +149,9 @@ class _Simulation:
         # KV transfers share one link only when the deployment caps its bandwidth.
         self.link_shared = real.shared_link_bandwidth is not None
         self.link = SharedLink(real.shared_link_bandwidth or 0.0, hw.link.bandwidth)
-        self.prefix_sum_prompt = [0.0, *accumulate(prompt)]
-        self.prefix_sum_output = [0.0, *(float(total) for total in accumulate(self.output))]
-        self.prefix_sum_hits = [0.0, *accumulate(p - u for p, u in zip(prompt, uncached, strict=True))]
+        self.prefix_sum_prompt, self.prefix_sum_output, self.prefix_sum_hits = _prefix_sums(
+            prompt, self.output, uncached
+        )
         fleet = config.fleet
         for _ in range(fleet.prefill):
             self._add_ready(self._new_instance(PREFILL, READY, 0.0))
@@ -601,6 +595,18 @@ class _Simulation:
 
     def _apply(self, decision: Decision, t: float) -> None:
         """Carry out a decision by the rule the operator follows too (xpyd_api.resize)."""
+        members, draining = self._resize_members(t)
+        moves = resize(
+            self._desired(decision),
+            members,
+            draining,
+            conversion=self.cfg.control.role_conversion and decision.allow_conversion,
+            conversion_seconds=self.cfg.realism.conversion_s,
+        )
+        self._carry_out(moves, t)
+
+    def _desired(self, decision: Decision) -> dict[Role, int | None]:
+        """The decision's pool sizes within the limits (None: the policy leaves the pool as it is)."""
         lim = self.limits
         desired: dict[Role, int | None] = {}
         for role, want, low, high in (
@@ -608,6 +614,11 @@ class _Simulation:
             (Role.DECODE, decision.decode, lim.decode_min, lim.decode_max),
         ):
             desired[role] = None if want is None else min(high, max(low, want))
+        return desired
+
+    def _resize_members(self, t: float) -> tuple[list[Member[Instance]], list[Member[Instance]]]:
+        """The fleet as the resize rule sees it: the pools' members (a converting instance in its new
+        pool, busy) and the instances draining for removal."""
         members: list[Member[Instance]] = []
         draining: list[Member[Instance]] = []
         for inst in self.instances:
@@ -629,13 +640,10 @@ class _Simulation:
                         ready_in=None if ready else inst.ready_at - t,
                     )
                 )
-        moves = resize(
-            desired,
-            members,
-            draining,
-            conversion=self.cfg.control.role_conversion and decision.allow_conversion,
-            conversion_seconds=self.cfg.realism.conversion_s,
-        )
+        return members, draining
+
+    def _carry_out(self, moves: Moves[Instance], t: float) -> None:
+        """The rule's moves, in its order: take back, redirect, convert, cancel, create, remove."""
         for inst in moves.take_back:
             self._add_ready(inst)
             inst.version += 1
@@ -736,6 +744,29 @@ class _Simulation:
             conversions=self.conversions,
             events=popped + next_arrival,
         )
+
+
+def _check_kv_fits(kv_need: list[int], kv_cap_tokens: int) -> None:
+    """SimConfigError when a request needs more KV than an instance holds: it could never be admitted."""
+    largest = int(max(kv_need))
+    if largest > kv_cap_tokens:
+        raise SimConfigError(
+            "kv_capacity",
+            kv_cap_tokens,
+            f"an instance holds {kv_cap_tokens} tokens of KV after the weights, but a request "
+            f"needs {largest}: it could never be admitted (more GPUs per instance or less context)",
+        )
+
+
+def _prefix_sums(
+    prompt: list[float], output: list[int], uncached: list[float]
+) -> tuple[list[float], list[float], list[float]]:
+    """Prefix sums of prompt, output and prefix-hit tokens (a window's means in O(1))."""
+    return (
+        [0.0, *accumulate(prompt)],
+        [0.0, *(float(total) for total in accumulate(output))],
+        [0.0, *accumulate(p - u for p, u in zip(prompt, uncached, strict=True))],
+    )
 
 
 def run_events(
