@@ -80,6 +80,11 @@ def check_fraction(field: str, value: object) -> None:
         require_fraction(field, value)
 
 
+def _check_whole(field: str, value: object, rule: str = "must be an integer > 0") -> None:
+    if not (isinstance(value, int) and value > 0):
+        raise SpecError(field, value, rule)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A transformer as the roofline sees it.
@@ -105,34 +110,33 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         check_positive("params", self.params)
-        if not (isinstance(self.layers, int) and self.layers > 0):
-            raise SpecError("layers", self.layers, "must be an integer > 0")
+        _check_whole("layers", self.layers)
+        self._check_attention_shape()
+        if self.hidden_size is not None:
+            _check_whole("hidden_size", self.hidden_size, "must be an integer > 0 or unknown (None)")
+        check_positive("kv_bytes", self.kv_bytes)
+        check_positive("weight_bytes", self.weight_bytes)
+        if self.active_params is not None:
+            check_positive("active_params", self.active_params)
+            if self.active_params > self.params:
+                raise SpecError("active_params", self.active_params, f"must be <= params ({self.params:g})")
+
+    def _check_attention_shape(self) -> None:
+        """GQA/MHA needs kv_heads and head_dim; MLA needs kv_latent_dim and rope_dim, both or neither."""
         if (self.kv_latent_dim is None) != (self.rope_dim is None):
             raise SpecError(
                 "kv_latent_dim" if self.kv_latent_dim is None else "rope_dim",
                 None,
                 "MLA needs both kv_latent_dim and rope_dim (or neither, for GQA/MHA)",
             )
-        for name in ("kv_heads", "head_dim"):
+        for name in ("kv_heads", "head_dim", "kv_latent_dim", "rope_dim"):
             value = getattr(self, name)
-            if value is None and self.kv_latent_dim is None:
+            if value is not None:
+                _check_whole(name, value)
+            elif self.kv_latent_dim is None and name in ("kv_heads", "head_dim"):
                 raise SpecError(
                     name, value, "required for a GQA/MHA model (MLA: kv_latent_dim and rope_dim instead)"
                 )
-            if value is not None and not (isinstance(value, int) and value > 0):
-                raise SpecError(name, value, "must be an integer > 0")
-        if self.hidden_size is not None and not (isinstance(self.hidden_size, int) and self.hidden_size > 0):
-            raise SpecError("hidden_size", self.hidden_size, "must be an integer > 0 or unknown (None)")
-        check_positive("kv_bytes", self.kv_bytes)
-        check_positive("weight_bytes", self.weight_bytes)
-        for name in ("kv_latent_dim", "rope_dim"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and value > 0):
-                raise SpecError(name, value, "must be an integer > 0")
-        if self.active_params is not None:
-            check_positive("active_params", self.active_params)
-            if self.active_params > self.params:
-                raise SpecError("active_params", self.active_params, f"must be <= params ({self.params:g})")
 
     @property
     def is_mla(self) -> bool:
