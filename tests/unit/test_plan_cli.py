@@ -119,11 +119,26 @@ def test_human_table_names_the_binding_constraint(capsys: pytest.CaptureFixture[
     assert "prefill: 2 instances sized by throughput (1.89 busy instances" in out
 
 
+def test_the_readme_example_meets_its_slos_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """70B on 4-GPU instances at 10 req/s of 8000/400: the throughput floor (7) would queue to a 2.62 s mean
+    TTFT; the default plan is 8 prefill instances with a p90 TTFT of 1.24 s."""
+    argv = ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--link", "ib-400g"]
+    argv += ["--prefill-gpus", "4", "--decode-gpus", "4", "--rate", "10", "--isl", "8000", "--osl", "400"]
+    argv += ["--ttft-slo", "2", "--tpot-slo", "0.05", "--remote-overhead", "0.02"]
+    assert main(argv) == 0
+    assert "8 × 4 GPU   TTFT p90 with queueing; throughput floor 7" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert (row["sizing"], row["ttft_quantile"], row["feasible"]) == ("slo", 0.9, True)
+    assert (row["prefill_instances"], row["prefill_throughput_instances"]) == (8, 7)
+    assert row["predicted_ttft_seconds"] == pytest.approx(1.24, abs=0.005)
+
+
 def test_throughput_sizing_that_misses_the_ttft_is_a_plan_not_an_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """At 98 % utilisation the seeds' prefill pool queues past the SLO; a larger pool meets it: exit 0."""
-    flags = ("--model", "llama-3.1-70b", "--prefill-gpus", "4", "--decode-gpus", "4")
+    flags: tuple[str, ...] = ("--model", "llama-3.1-70b", "--prefill-gpus", "4", "--decode-gpus", "4")
     flags += ("--rate", "10", "--isl", "8000", "--osl", "400", "--sizing", "throughput")
     assert main(["plan", *flags]) == 0
     assert (
@@ -279,6 +294,7 @@ def test_sweep_json_points(capsys: pytest.CaptureFixture[str], spec: str) -> Non
     decode = [point["decode_instances"] for point in result["plans"]]
     assert decode == sorted(decode)
     assert all(set(JSON_KEYS) <= set(point) for point in result["plans"])
+    assert {(point["sizing"], point["ttft_quantile"]) for point in result["plans"]} == {("slo", 0.9)}
 
 
 def test_sweep_table_has_a_row_per_value(capsys: pytest.CaptureFixture[str]) -> None:
