@@ -76,7 +76,10 @@ def words(**case: object) -> str:
         ({"ttft": 0.15}, "TTFT floor"),
         ({"ttft": 0.15}, "over the 150 ms SLO: no pool size meets it"),
         ({"rate": 9.5, "ttft": 0.5}, "with queueing is over the 500 ms SLO"),
-        ({"link": LinkSpec(bandwidth=1e9), "rate": 40.0, "isl": 8192, "ttft": 30}, "GB/s by "),
+        (
+            {"link": LinkSpec(bandwidth=1e9), "rate": 40.0, "isl": 8192, "ttft": 30},
+            "carrying it takes the links of",
+        ),
         ({"link": LinkSpec(bandwidth=1e9), "rate": 40.0, "isl": 8192, "ttft": 30}, "latency can be hidden"),
         ({"link": LinkSpec(bandwidth=1e9), "isl": 8192, "ttft": 30}, "layer-wise overlap fails on the-link"),
         ({}, "layer-wise overlap holds"),

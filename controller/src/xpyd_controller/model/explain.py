@@ -166,10 +166,13 @@ def _infeasible(
         )
     demand, capacity = at("link_demand_bytes_per_second"), at("link_capacity_bytes_per_second")
     if demand > capacity and at("decode_instances") > 0:
+        smaller = min(x * at("prefill_gpus"), at("decode_instances") * at("decode_gpus"))
+        needed = math.ceil(demand / (capacity / smaller))
         infeasible.append(
             f"aggregate KV traffic {format_bytes(demand)}/s exceeds {link_name} capacity "
             f"{format_bytes(capacity)}/s by {format_bytes(demand - capacity)}/s (one link per GPU on the "
-            "smaller side): latency can be hidden, bandwidth cannot"
+            f"smaller side): latency can be hidden, bandwidth cannot; carrying it takes the links of "
+            f"{needed} GPUs on each side, or a faster link"
         )
     return infeasible
 
