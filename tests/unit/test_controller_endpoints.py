@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xpyd_controller.control.endpoints import url_problem
+from xpyd_controller.adapters.prometheus import resolve_host
+from xpyd_controller.control.endpoints import resolved_problem, url_problem
 
 ALLOWED = [
     "http://prometheus.monitoring.svc:9090",
@@ -21,6 +22,9 @@ REFUSED = [
     ("http://169.254.10.1:9090", "link-local"),
     ("http://[fe80::1]:9090", "link-local"),
     ("http://0.0.0.0:9090", "unspecified"),
+    ("http://255.255.255.255:9090", "broadcast"),
+    ("http://[::ffff:169.254.169.254]/", "cloud metadata"),
+    ("http://metadata.google.internal./", "cloud metadata"),
     ("file:///etc/passwd", "not an http(s)"),
     ("gopher://prom:70", "not an http(s)"),
     ("http://user:pw@prom:9090", "not an http(s)"),
@@ -46,3 +50,28 @@ def test_an_allow_list_admits_only_urls_under_its_prefixes() -> None:
     assert url_problem("http://prometheus.monitoring.svc:9090/sub", allow) is None
     assert "not under an allowed" in (url_problem("http://prom", ["http://pro"]) or "")  # whole segments
     assert "not under an allowed" in (url_problem("http://other:9090", allow) or "")
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("2852039166", "169.254.169.254"),
+        ("0xa9fea9fe", "169.254.169.254"),
+        ("0251.0376.0251.0376", "169.254.169.254"),
+    ],
+)
+def test_numeric_names_the_system_resolver_turns_into_metadata_addresses_are_refused_at_use(
+    host: str, address: str
+) -> None:
+    url = f"http://{host}/"
+    assert url_problem(url) is None  # not an address as written: a name
+    assert resolve_host(host) == [address]
+    assert (
+        resolved_problem(url, resolve_host(host))
+        == f"{url!r}: host {host} resolves to {address}, a cloud metadata service"
+    )
+
+
+def test_ordinary_resolved_addresses_pass() -> None:
+    assert resolved_problem("http://localhost:9090", resolve_host("localhost")) is None
+    assert resolved_problem("http://prom:9090", []) is None  # unresolvable: the query fails and says so

@@ -127,10 +127,16 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 
 class FakeMetrics:
-    def __init__(self, answers: Mapping[Signal, float | None], error: str | None = None) -> None:
+    def __init__(
+        self, answers: Mapping[Signal, float | None], error: str | None = None, resolved: str = "10.0.0.9"
+    ) -> None:
         self.answers = dict(answers)
         self.last_error = error
         self.asked: list[Mapping[Signal, str]] = []
+        self.resolved = resolved  # where the URL's host name leads
+
+    def addresses(self) -> list[str]:
+        return [self.resolved]
 
     def query_all(self, queries: Mapping[Signal, str]) -> dict[Signal, float | None]:
         self.asked.append(queries)
@@ -724,6 +730,24 @@ def test_a_refused_prometheus_url_is_never_called_and_said_once() -> None:
     assert cluster.autoscaler("web")["binding"] == "invalid_setup"
     assert "cloud metadata" in cluster.autoscaler("web")["message"]
     assert [e[1] for e in cluster.events] == ["InvalidAutoscaling"]
+
+
+@pytest.mark.parametrize(
+    "resolved", ["169.254.169.254", "fe80::1", "::ffff:169.254.169.254", "fd00:ec2::254"]
+)
+def test_a_name_resolving_to_a_refused_address_is_never_queried_and_said_naming_the_host(
+    resolved: str,
+) -> None:
+    cluster = FakeCluster(pdd())
+    metrics = FakeMetrics(BUSY, resolved=resolved)
+    loop, _ = controller(cluster, metrics)
+    assert loop.run_pass(1000.0) == [] and loop.run_pass(1010.0) == []
+    assert metrics.asked == []
+    status = cluster.autoscaler("web")
+    assert status["binding"] == "invalid_setup"
+    assert "spec.autoscaling.prometheus.url: 'http://prom:9090': host prom resolves to" in status["message"]
+    assert [(e[1], "host prom resolves to" in e[2]) for e in cluster.events] == [("InvalidAutoscaling", True)]
+    assert cluster.replica_writes == []
 
 
 def test_a_second_decider_without_a_lease_defers_to_the_first_and_both_say_so() -> None:

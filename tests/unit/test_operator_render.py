@@ -46,7 +46,7 @@ def test_vllm_kv_transfer_config(conversion: dict[str, str], role: Role, kv_role
     assert flag(args, "--model") == "org/model"
 
 
-@pytest.mark.parametrize(("lease", "rendered"), [(6, 6), (2.5, 2.5), (0, 0)])
+@pytest.mark.parametrize(("lease", "rendered"), [(6, 6), (2.5, 2.5), (1, 1)])
 def test_nixl_engines_hold_kv_for_the_lease_the_drains_wait_out(lease: float, rendered: float) -> None:
     spec = make_pdd(conversion={"kvLeaseSeconds": lease}).spec
     for role in Role:

@@ -8,7 +8,7 @@ import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
 from xpyd_api.instances import Instance, rejected_flags
-from xpyd_operator.core.status import StatusInput, blocked_conditions, compute_status
+from xpyd_operator.core.status import StatusInput, autoscaling_problem, blocked_conditions, compute_status
 
 
 def status_of(
@@ -141,3 +141,36 @@ def test_a_router_measured_to_ignore_labels_degrades_a_converting_deployment() -
     )
     assert conditions(without)["Degraded"] == ("False", "Healthy")
     assert conditions(status_of(READY_PAIR))["Degraded"] == ("False", "Healthy")  # vllm-router follows labels
+
+
+AUTO = {"mode": "Auto", "prometheus": {"url": "http://prom:9090"}}
+REFUSED = "spec.autoscaling.prometheus.url: 'http://prom:9090': host prom resolves to 169.254.169.254"
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "autoscaler", "expected"),
+    [
+        (AUTO, {"binding": "invalid_setup", "message": REFUSED, "observedGeneration": 3}, REFUSED),
+        (AUTO, {"binding": "invalid_setup", "message": REFUSED, "observedGeneration": 2}, None),  # older spec
+        (AUTO, {"binding": "min_max", "observedGeneration": 3}, None),
+        ({"mode": "Off"}, {"binding": "invalid_setup", "message": REFUSED, "observedGeneration": 3}, None),
+        (AUTO, None, None),
+    ],
+    ids=["this-generation", "older-generation", "deciding", "autoscaling-off", "never-decided"],
+)
+def test_the_controllers_invalid_setup_for_this_generation_degrades_the_deployment(
+    autoscaling: dict[str, Any], autoscaler: dict[str, Any] | None, expected: str | None
+) -> None:
+    spec = make_spec(autoscaling=autoscaling)
+    problem = autoscaling_problem(spec, {"autoscaler": autoscaler} if autoscaler else {}, 3)
+    assert problem == expected
+    inp = StatusInput(3, spec, READY_PAIR, HASHES, 1, (), NOW, autoscaling_problem=problem)
+    degraded = next(c for c in compute_status(inp)["conditions"] if c["type"] == "Degraded")
+    if expected:
+        assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+            "True",
+            "InvalidAutoscaling",
+            REFUSED,
+        )
+    else:
+        assert (degraded["status"], degraded["reason"]) == ("False", "Healthy")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from xpyd_controller.adapters.health import LoopHealth, serve_health
 from xpyd_controller.adapters.k8s import ControllerCluster, connect
-from xpyd_controller.adapters.prometheus import PrometheusSource
+from xpyd_controller.adapters.prometheus import PrometheusSource, Resolver, resolve_host
 from xpyd_controller.adapters.telemetry import PrometheusTelemetry
 from xpyd_controller.control.lease import LeaderElector
 from xpyd_controller.control.loop import Controller, Settings
@@ -34,13 +34,14 @@ class PrometheusSources:
     """One PrometheusSource per URL and decision thread, reused across passes (each keeps its HTTP
     session and its own `last_error`, so two tenants deciding at once never see each other's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolve: Resolver = resolve_host) -> None:
         self._by_key: dict[tuple[str, int], PrometheusSource] = {}
+        self._resolve = resolve
 
     def __call__(self, url: str) -> PrometheusSource:
         key = (url, threading.get_ident())
         if key not in self._by_key:
-            self._by_key[key] = PrometheusSource(url)
+            self._by_key[key] = PrometheusSource(url, resolve=self._resolve)
         return self._by_key[key]
 
 

@@ -78,3 +78,10 @@ class Reason(StrEnum):
     ROUTER_IGNORES_LABELS = "RouterIgnoresLabels"
     OBJECT_REJECTED = "ObjectRejected"  # the API server refused a rendered object (4xx)
     NAMESPACE_EXCLUDED = "NamespaceExcluded"  # the operator serves no PDDeployment in this namespace
+    # the controller cannot configure autoscaling from this spec (its Warning; the operator's Degraded)
+    INVALID_AUTOSCALING = "InvalidAutoscaling"
+
+
+# status.autoscaler.binding of a decision the controller could not take: the spec cannot configure a
+# policy (no model to size with, a refused Prometheus URL, contradictory bounds); its message says why.
+BINDING_INVALID_SETUP = "invalid_setup"

@@ -43,7 +43,13 @@ from xpyd_operator.core.actions import (
 )
 from xpyd_operator.core.config import OperatorConfig
 from xpyd_operator.core.scaling import PlanInput, plan, prefill_backlog_needed, roles_needing_load
-from xpyd_operator.core.status import StatusInput, blocked_conditions, compute_status, router_label_problem
+from xpyd_operator.core.status import (
+    StatusInput,
+    autoscaling_problem,
+    blocked_conditions,
+    compute_status,
+    router_label_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +126,7 @@ class Reconciler:
                 previous_conditions=(body.get("status") or {}).get("conditions") or [],
                 now=self.clock(),
                 rejected=sorted(set(rejected)),
+                autoscaling_problem=autoscaling_problem(pdd.spec, body.get("status") or {}, pdd.generation),
             )
         )
         self._write_status(pdd, body, status)

@@ -4,14 +4,17 @@ Strict like KEDA's scaler: an HTTP error, an empty answer, more than one series,
 ("no data"), never 0. A server that cannot be reached is asked nothing more in that pass, so a dead
 Prometheus costs one timeout per decision, not one per query; and all of one decision's queries share a
 time budget, so a server that accepts connections and answers slowly (or never) costs at most that.
-`last_error` keeps why, for the status.
+`last_error` keeps why, for the status. `addresses` says where the URL's host name leads now (the system
+resolver), so the loop can refuse a name that resolves to a link-local or metadata address before asking.
 """
 
 from __future__ import annotations
 
 import math
+import socket
 import time
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_api_client import PrometheusConnect
@@ -22,20 +25,41 @@ from urllib3.util.retry import Retry
 TIMEOUT_SECONDS = 5
 BUDGET_SECONDS = 5.0  # all queries of one decision together
 Key = TypeVar("Key")
+Resolver = Callable[[str], Sequence[str]]  # host name -> the addresses it resolves to
+
+
+def resolve_host(host: str) -> list[str]:
+    """Every address the system resolver gives `host` (an address resolves to itself); none when it does
+    not resolve, and the query then fails and says so."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return sorted({str(sockaddr[0]) for *_, sockaddr in found})
 
 
 class PrometheusSource:
     """One Prometheus server; `query_all` never raises for a bad answer or an unreachable server."""
 
     def __init__(
-        self, url: str, headers: dict[str, str] | None = None, budget_s: float = BUDGET_SECONDS
+        self,
+        url: str,
+        headers: dict[str, str] | None = None,
+        budget_s: float = BUDGET_SECONDS,
+        resolve: Resolver = resolve_host,
     ) -> None:
         self.url = url
         self.budget_s = budget_s
+        self._resolve = resolve
         self._client = PrometheusConnect(
             url=url, headers=headers, retry=Retry(total=0), timeout=TIMEOUT_SECONDS
         )
         self.last_error: str | None = None
+
+    def addresses(self) -> Sequence[str]:
+        """The addresses the URL's host resolves to now."""
+        host = urllib.parse.urlsplit(self.url).hostname
+        return self._resolve(host) if host else ()
 
     def query_all(self, queries: Mapping[Key, str]) -> dict[Key, float | None]:
         """Every query's value (None for no data); stops asking after a connection failure or when

@@ -14,8 +14,9 @@ PDDeployment never decided before starts fresh. When no signal has data
 Tenants are isolated: each PDDeployment's decision runs on a worker thread of its own, at most one in
 flight per object, so a Prometheus that never answers delays only the PDDeployments that point at it
 (and its adapter spends at most a per-tenant time budget per decision). Prometheus URLs are checked
-before any request: http(s) only, no link-local or cloud-metadata address, and within the allow-list
-when one is configured.
+before any request: http(s) only, no link-local or cloud-metadata address, written or resolved from the
+host name at this decision, and within the allow-list when one is configured; a refused one is an
+`invalid_setup` decision and a Warning naming the host.
 
 Finite or nothing: an implausible metric value (NaN, ±Inf, 1e308, beyond physical bounds) is missing
 data, and while any input was discarded the decision may grow a pool but never shrink one; a policy
@@ -27,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
@@ -36,8 +37,8 @@ from typing import Any, Protocol
 from xpyd_api.engines import ENGINES
 from xpyd_api.errors import InputError
 from xpyd_api.models import AutoscalingMode, PDDeployment, PDDSpecError, parse_pdd
-from xpyd_api.names import Role
-from xpyd_controller.control.endpoints import url_problem
+from xpyd_api.names import BINDING_INVALID_SETUP, Reason, Role
+from xpyd_controller.control.endpoints import resolved_problem, url_problem
 from xpyd_controller.control.observation import (
     build_observation,
     implausible_signals,
@@ -78,7 +79,7 @@ logger = logging.getLogger(__name__)
 
 EVENT_SCALE = "ScaleDecision"
 EVENT_NO_METRICS = "MetricsUnavailable"
-EVENT_INVALID = "InvalidAutoscaling"
+EVENT_INVALID = Reason.INVALID_AUTOSCALING
 EVENT_UNSUPPORTED = "UnsupportedField"
 EVENT_CONCURRENT = "ConcurrentDeciders"
 EVENT_STATE_IGNORED = "PolicyStateIgnored"  # also the decision's reason
@@ -108,9 +109,12 @@ class ClusterPort(Protocol):
 
 
 class MetricsPort(Protocol):
-    """One Prometheus: every query's value or None; `last_error` says why the last pass lacked data."""
+    """One Prometheus: every query's value or None; `last_error` says why the last pass lacked data;
+    `addresses` where its host name leads now."""
 
     last_error: str | None
+
+    def addresses(self) -> Sequence[str]: ...
 
     def query_all(self, queries: Mapping[Signal, str]) -> dict[Signal, float | None]: ...
 
@@ -354,14 +358,7 @@ class Controller:
     ) -> DecisionRecord | None:
         spec = pdd.spec
         try:
-            if spec.autoscaling.prometheus is None:
-                field, rule = "spec.autoscaling.prometheus", "required when mode is Advisory or Auto"
-                raise SetupError(field, None, rule, message=f"{field}: {rule}")
-            url = spec.autoscaling.prometheus.url
-            refused = url_problem(url, self.settings.prometheus_allow)
-            if refused:
-                field = "spec.autoscaling.prometheus.url"
-                raise SetupError(field, url, refused, message=f"{field}: {refused}")
+            source = self._prometheus(pdd)
             policy = self._policy(pdd, body, tracked, now)
         except InputError as error:  # a preset, an override or a policy knob the spec got wrong
             message = f"cannot configure policy {self.settings.policy!r}: {error}"
@@ -371,7 +368,6 @@ class Controller:
         if self._yields(pdd, body, tracked, now):
             return None
         scope = Scope(pdd.namespace, pdd.name, self.settings.window_s, self.settings.labels)
-        source = self.metrics(spec.autoscaling.prometheus.url)
         router = ROUTER_METRICS.get(spec.router.type)
         raw_answers = source.query_all(build_queries(ENGINES[spec.engine.type].metrics, scope, router))
         discarded = implausible_signals(raw_answers)
@@ -445,6 +441,23 @@ class Controller:
         self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": _replacing(body, autoscaler)})
         self.telemetry.record_decision(pdd, record)
         return record
+
+    def _prometheus(self, pdd: PDDeployment) -> MetricsPort:
+        """The Prometheus the spec names, once its URL as written and the addresses its host resolves to
+        now pass the checks (`control/endpoints.py`); raises SetupError naming the URL, host and rule."""
+        prometheus = pdd.spec.autoscaling.prometheus
+        if prometheus is None:
+            field, rule = "spec.autoscaling.prometheus", "required when mode is Advisory or Auto"
+            raise SetupError(field, None, rule, message=f"{field}: {rule}")
+        url = prometheus.url
+        refused = url_problem(url, self.settings.prometheus_allow)
+        if refused is None:
+            source = self.metrics(url)
+            refused = resolved_problem(url, source.addresses())
+            if refused is None:
+                return source
+        field = "spec.autoscaling.prometheus.url"
+        raise SetupError(field, url, refused, message=f"{field}: {refused}")
 
     def _unsupported(self, pdd: PDDeployment, tracked: _Tracked) -> str:
         """A set field the controller cannot honour yet: said in every status, and once as a Warning."""
@@ -552,7 +565,7 @@ class Controller:
             "observedGeneration": pdd.generation,
             "lastDecisionTime": timestamp(now),
             "mode": str(pdd.spec.autoscaling.mode),
-            "binding": "invalid_setup",
+            "binding": BINDING_INVALID_SETUP,
             "message": message,
         }
         self.cluster.patch_status(pdd.namespace, pdd.name, {"autoscaler": _replacing(body, status)})

@@ -13,8 +13,8 @@ from typing import Any
 
 from xpyd_api.engines import FLAG_PURPOSES
 from xpyd_api.instances import Instance, TransitionKind
-from xpyd_api.models import PDDeploymentSpec, RouterType
-from xpyd_api.names import ConditionType, Reason, Role
+from xpyd_api.models import AutoscalingMode, PDDeploymentSpec, RouterType
+from xpyd_api.names import BINDING_INVALID_SETUP, ConditionType, Reason, Role
 
 
 def unsupported_flags_message(image: str, instances: Sequence[Instance]) -> str | None:
@@ -43,6 +43,22 @@ class StatusInput:
     previous_conditions: Sequence[Mapping[str, Any]]
     now: float
     rejected: Sequence[str] = ()  # objects the API server refused this pass, each with its message
+    autoscaling_problem: str | None = None  # why the controller cannot autoscale this generation
+
+
+def autoscaling_problem(spec: PDDeploymentSpec, status: Mapping[str, Any], generation: int) -> str | None:
+    """Why the controller cannot autoscale this spec, from its `status.autoscaler` (binding
+    invalid_setup, written for this generation), or None. The controller writes no conditions; the
+    operator, their one writer, says it in Degraded."""
+    autoscaler = status.get("autoscaler")
+    if spec.autoscaling.mode is AutoscalingMode.OFF or not isinstance(autoscaler, Mapping):
+        return None
+    if (
+        autoscaler.get("binding") != BINDING_INVALID_SETUP
+        or autoscaler.get("observedGeneration") != generation
+    ):
+        return None
+    return str(autoscaler.get("message") or "the controller cannot configure autoscaling for this spec")
 
 
 # Routers measured not to act on relabels (tests/integration/test_router_events.py, docs/operator.md):
@@ -173,6 +189,10 @@ def compute_status(inp: StatusInput) -> dict[str, Any]:
         )
     elif problem := router_label_problem(inp.spec):
         degraded = condition(ConditionType.DEGRADED, True, Reason.ROUTER_IGNORES_LABELS, problem)
+    elif inp.autoscaling_problem:
+        degraded = condition(
+            ConditionType.DEGRADED, True, Reason.INVALID_AUTOSCALING, inp.autoscaling_problem
+        )
     else:
         degraded = condition(ConditionType.DEGRADED, False, Reason.HEALTHY, "no failed instances")
 
