@@ -1,29 +1,37 @@
-"""Schema, model and rendering agree: random specs drawn from the CRD's own schema go to the real API
-server; every one it accepts must parse in the pydantic model AND render Services, a router Deployment and
-instance Pods that the API server accepts too (server-side dry-run, strict field validation).
+"""Schema, model, rendering and the controller agree: random specs drawn from the CRD's own schema go to
+the real API server; every one it accepts must parse in the pydantic model AND render Services, a router
+Deployment and instance Pods that the API server accepts too (server-side dry-run, strict field
+validation); and when it asks for autoscaling (Advisory or Auto), the controller's loop (its real URL
+checks, policy set-up and decision, with in-memory Kubernetes and Prometheus) must decide for it or say
+why it cannot (status.autoscaler `invalid_setup` with the reason, which the operator shows as
+Degraded=InvalidAutoscaling).
 
-A mismatch is a spec a tenant could apply that the operator then cannot serve (the operator would fail
-on it, or the API server would refuse what the operator renders). The test fails on any, listing them.
+A mismatch is a spec a tenant could apply that the operator or the controller then cannot serve, or
+serves silently wrong (the operator would fail on it, the API server would refuse what the operator
+renders, a decision would fail without a word). The test fails on any, listing them.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import yaml
 from e2e.harness.cluster import LocalCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client, config
-from tests.integration.pdd import CRD_PATH
+from tests.integration.pdd import spec_schema
+from tests.unit.test_controller_loop import BUSY, FakeCluster, FakeMetrics, FakeTelemetry
 
-from xpyd_api.models import PDDSpecError, parse_pdd
-from xpyd_api.names import Role
+from xpyd_api.models import AutoscalingMode, PDDSpecError, parse_pdd
+from xpyd_api.names import BINDING_INVALID_SETUP, Role
+from xpyd_controller.control.loop import Controller, Settings
 from xpyd_operator.core import render
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("pdd_crd")]
@@ -33,6 +41,9 @@ EXAMPLES = 1000
 # stops producing valid specs (a schema change), not a share to hit. The derandomized run has read
 # 224 (7cf917d), then 197 and more than 200 on the same tree on one day, unseeded runs 180-303.
 MIN_ACCEPTED = 150
+# Of those, specs in Advisory or Auto the controller's loop must take (the derandomized run: 26, 8 decided,
+# 18 refused with the reason); a floor for the same purpose.
+MIN_AUTOSCALED = 15
 SMALL = 2  # most items / properties one generated list or map gets (keeps requests small and fast)
 # Keys of maps (resources, nodeSelector, matchLabels), some valid for each map and some not; the schema's
 # CEL rules decide, the generator only offers.
@@ -48,12 +59,6 @@ MAP_KEYS = [
     "a/b/c",
     "-x",
 ]
-
-
-def _spec_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD_PATH.read_text())
-    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return dict(schema["properties"]["spec"])
 
 
 def _string(node: dict[str, Any]) -> st.SearchStrategy[str]:
@@ -111,7 +116,7 @@ def from_schema(node: dict[str, Any]) -> st.SearchStrategy[Any]:
     raise AssertionError(f"schema node without a generator: {node}")
 
 
-SPEC_SCHEMA = _spec_schema()
+SPEC_SCHEMA = spec_schema()
 SPEC_STRATEGY = from_schema(SPEC_SCHEMA)
 SCHEDULING = ("gpusPerInstance", "resources", "nodeSelector", "tolerations")
 
@@ -152,6 +157,8 @@ def _fix_cross_field_rules(draw: st.DrawFn, spec: dict[str, Any]) -> None:
     autoscaling = spec.get("autoscaling")
     if isinstance(autoscaling, dict) and often() and "prometheus" not in autoscaling:
         autoscaling["prometheus"] = {"url": "http://prometheus.monitoring.svc:9090"}
+    if isinstance(autoscaling, dict) and often() and "preset" not in model:  # autoscaling needs a model
+        model["preset"] = "llama-3.1-8b"
     for holder in (spec, spec.get("prefill") or {}, spec.get("decode") or {}):
         if often():  # random affinity trees mostly break an operator rule: keep a few
             holder.pop("affinity", None)
@@ -184,6 +191,9 @@ class Tally:
     generated: int = 0
     accepted: int = 0
     rejected: int = 0
+    autoscaled: int = 0  # accepted specs in Advisory or Auto
+    decided: int = 0  # of which the controller decided for
+    refused: list[str] = field(default_factory=list)  # and why it could not for the others
     mismatches: list[str] = field(default_factory=list)
 
 
@@ -222,7 +232,30 @@ def _rendered(pdd_body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"/api/v1/namespaces/{ns}/services", service
 
 
-def check(dry: DryRun, namespace: str, body: dict[str, Any], tally: Tally) -> None:
+def check_controller(answer: dict[str, Any], executor: ThreadPoolExecutor, tally: Tally) -> None:
+    """One pass of the controller's loop over the accepted object: a decision, or its reason for none."""
+    if parse_pdd(answer).spec.autoscaling.mode is AutoscalingMode.OFF:
+        return
+    tally.autoscaled += 1
+    cluster = FakeCluster(answer)
+    loop = Controller(
+        cluster, lambda url: FakeMetrics(BUSY), FakeTelemetry(), Settings(window_s=30), executor
+    )
+    decided = loop.run_pass(time.time())
+    autoscaler = (answer.get("status") or {}).get("autoscaler") or {}
+    if decided:
+        tally.decided += 1
+    elif autoscaler.get("binding") == BINDING_INVALID_SETUP and autoscaler.get("message"):
+        tally.refused.append(str(autoscaler["message"]))
+    else:
+        tally.mismatches.append(
+            f"the controller neither decided nor said why (its log has the error)\n{json.dumps(answer)}"
+        )
+
+
+def check(
+    dry: DryRun, namespace: str, body: dict[str, Any], tally: Tally, executor: ThreadPoolExecutor
+) -> None:
     tally.generated += 1
     status, answer = dry.create(f"/apis/xpyd.dev/v1alpha1/namespaces/{namespace}/pddeployments", body)
     if status >= 400:
@@ -243,11 +276,13 @@ def check(dry: DryRun, namespace: str, body: dict[str, Any], tally: Tally) -> No
             tally.mismatches.append(
                 f"API server refused the rendered {obj['kind']}: {message}\n{json.dumps(body)}"
             )
+    check_controller(answer, executor, tally)
 
 
 def test_accepted_specs_parse_and_render_accepted_objects(kube_cluster: LocalCluster, namespace: str) -> None:
     dry = DryRun(str(kube_cluster.kubeconfig))
     tally = Tally()
+    executor = ThreadPoolExecutor(1, thread_name_prefix="decide")
 
     @settings(
         max_examples=EXAMPLES,
@@ -260,13 +295,21 @@ def test_accepted_specs_parse_and_render_accepted_objects(kube_cluster: LocalClu
     )
     @given(pdd_bodies())
     def one(body: dict[str, Any]) -> None:
-        check(dry, namespace, body, tally)
+        check(dry, namespace, body, tally, executor)
 
-    one()
+    try:
+        one()
+    finally:
+        executor.shutdown()
+    reasons = sorted({re.sub(r"'[^']*'", "'…'", message)[:120] for message in tally.refused})
     print(
         f"\nCRD fuzz: {tally.generated} generated, {tally.accepted} accepted, {tally.rejected} rejected, "
-        f"{len(tally.mismatches)} mismatches"
+        f"{len(tally.mismatches)} mismatches; {tally.autoscaled} accepted autoscaled: the controller decided "
+        f"for {tally.decided}, said why not for {len(tally.refused)}:\n  " + "\n  ".join(reasons)
     )
     assert tally.generated >= EXAMPLES
     assert tally.accepted >= MIN_ACCEPTED, "too few accepted specs to say anything about the model"
+    assert tally.autoscaled >= MIN_AUTOSCALED and tally.decided > 0, (
+        "too few to say anything about the controller"
+    )
     assert not tally.mismatches, "\n\n".join(tally.mismatches[:10])
