@@ -129,6 +129,21 @@ def test_a_measured_ttft_above_the_models_raises_the_prefill_correction() -> Non
     assert other.details["prefill_correction"] == 1.0
 
 
+def test_a_window_that_began_with_work_already_late_teaches_the_correction_nothing() -> None:
+    ready = model_plan(20.0)[0]
+    draining = policy(calibration_s=60)  # a backlog at every scrape: its TTFTs measure the wait
+    for step in range(12):
+        late = draining.decide(
+            observe(step * 15.0, ready, 9, ttft_p90_s=0.59, prefill_queue=4.0 * ready), Limits()
+        )
+    assert late.details["prefill_correction"] == 1.0
+    bursty = policy(calibration_s=60)  # a queue that builds within a window and is gone by the next
+    for step in range(12):
+        queue = 4.0 * ready if step % 2 else 0.0
+        burst = bursty.decide(observe(step * 15.0, ready, 9, ttft_p90_s=0.59, prefill_queue=queue), Limits())
+    assert burst.details["prefill_correction"] > 1.1
+
+
 def test_decode_full_at_fewer_sessions_than_the_model_holds_lowers_its_kv_room() -> None:
     scaler = policy(calibration_s=60)
     first = scaler.decide(observe(0, X, Y, decode_running=Y * 10.0, decode_kv_usage=0.2), Limits())

@@ -7,7 +7,10 @@ prefill load: each window in which prefill alone explains the TTFT proposes the 
 model's p90 on the serving pool equals the measured p90, and the factor follows the proposals with
 time constant `calibration_s` (four times faster upwards: a miss costs more than a spare instance).
 A window is prefill's to explain when its pool served it whole (the same ready count for a window,
-nothing draining) and no request waited on decode (decode's misses are decode's).
+nothing draining) and no work was already late when it began (a queue beyond one request per
+instance, which the backlog term sizes, or requests waiting on decode: its TTFTs then measure that
+wait; a queue that builds within the window is the traffic's burstiness, which the factor is there
+to learn), and no request waits on decode at its end (decode's misses are decode's).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 
 from xpyd_controller.model.sizing import PoolConfig, Slo, Workload, prefill_ttft_quantile
 from xpyd_controller.model.specs import GpuSpec, LinkSpec, ModelSpec
-from xpyd_controller.policy.state import JsonMap, StateError, maybe_number, number, vector
+from xpyd_controller.policy.state import JsonMap, StateError, flag, maybe_number, number, vector
 from xpyd_controller.policy.types import Observation
 from xpyd_controller.policy.xpyd.demand import Lengths
 
@@ -61,10 +64,15 @@ class PrefillCorrection:
         self.factor = 1.0
         self._time_s: float | None = None
         self._steady: tuple[float, float] | None = None  # (ready prefill instances, since when)
+        self._late = False  # the last observation saw work already late (a backlog, or decode's)
 
     def _serving_whole_window(self, observation: Observation) -> bool:
-        pool = observation.prefill
+        pool, queue = observation.prefill, observation.prefill_queue
+        backlog = queue is not None and math.isfinite(queue) and queue > pool.ready
+        late, self._late = self._late, backlog or decode_explains_ttft(observation)
         steady = pool.draining == 0 and pool.ready > 0  # instances still starting served nothing yet
+        if late:  # the window began with work already late: its TTFTs measure that wait
+            return False
         if not steady:
             self._steady = None
             return False
@@ -116,6 +124,7 @@ class PrefillCorrection:
             "factor": self.factor,
             "timeS": self._time_s,
             "steady": None if self._steady is None else list(self._steady),
+            "late": self._late,
         }
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
@@ -132,7 +141,8 @@ class PrefillCorrection:
                     f"must be a whole number of instances >= 1 since no later than {latest_s:g}",
                 )
             steady = (ready, since)
-        self.factor, self._time_s, self._steady = factor, time_s, steady
+        late = flag(data, "late")
+        self.factor, self._time_s, self._steady, self._late = factor, time_s, steady, late
 
 
 KV_FACTORS = (0.25, 2.0)  # the range of the KV correction
