@@ -123,109 +123,120 @@ class _ConditionMaker:
         }
 
 
+# A condition's status, reason and message; _ConditionMaker adds its type and times.
+_Verdict = tuple[bool, str, str]
+
+
+def _converting(instances: Sequence[Instance]) -> list[Instance]:
+    """Instances in a role conversion that stay: a leaving one is going away, not converting."""
+    return [
+        i for i in instances if i.transition and i.transition.kind is TransitionKind.CONVERT and not i.leaving
+    ]
+
+
+def _short_pools(pools: Mapping[Role, Mapping[str, Any]]) -> list[str]:
+    """Each pool with fewer ready instances than desired, as "role ready/desired", for the messages."""
+    return [f"{role} {p['ready']}/{p['desired']}" for role, p in pools.items() if p["ready"] < p["desired"]]
+
+
+def _router_ok(inp: StatusInput) -> bool:
+    """A router is only required when the spec asks for one with replicas; then one must be ready."""
+    router_wanted = inp.spec.router.type is not RouterType.NONE and inp.spec.router.replicas > 0
+    return not router_wanted or inp.router_ready_replicas >= 1
+
+
+def _ready(inp: StatusInput, rejected: str, short: Sequence[str]) -> _Verdict:
+    """Ready, with the first reason it is not: refused objects never become ready at this generation,
+    so they come before missing instances, which come before the router."""
+    if rejected:
+        return False, Reason.OBJECT_REJECTED, rejected
+    if short:
+        return False, Reason.INSTANCES_NOT_READY, "not ready: " + ", ".join(short)
+    if not _router_ok(inp):
+        return False, Reason.ROUTER_NOT_READY, "router has no ready replica"
+    return True, Reason.ALL_READY, "all instances and the router are ready"
+
+
+def _progressing(
+    inp: StatusInput,
+    pools: Mapping[Role, Mapping[str, Any]],
+    converting: Sequence[Instance],
+    short: Sequence[str],
+) -> _Verdict:
+    """Progressing, naming the most specific change under way: a conversion, then a rollout of a new
+    template, then any move towards the desired counts."""
+    if converting:
+        return True, Reason.CONVERTING, f"{len(converting)} conversion(s) in progress"
+    if any(p["updated"] < p["current"] for p in pools.values()):
+        return True, Reason.ROLLING_UPDATE, "replacing instances with the new template"
+    off_count = any(p["current"] != p["desired"] for p in pools.values())
+    if off_count or any(i.leaving for i in inp.instances) or short:
+        return True, Reason.SCALING, "moving to desired counts"
+    return False, Reason.STABLE, "at desired counts and template"
+
+
+def _degraded(inp: StatusInput, rejected: str) -> _Verdict:
+    """Degraded, with the first problem a person must act on, in order: objects the API server refused,
+    flags the engine image rejects, failed pods, a router that ignores relabels, autoscaling the
+    controller cannot configure."""
+    if rejected:
+        return True, Reason.OBJECT_REJECTED, rejected
+    if unsupported := unsupported_flags_message(inp.spec.engine.image, inp.instances):
+        return True, Reason.ENGINE_FLAG_UNSUPPORTED, unsupported
+    if failed := [i.name for i in inp.instances if i.failed]:
+        return True, Reason.PODS_FAILED, "failed pods replaced: " + ", ".join(failed)
+    if problem := router_label_problem(inp.spec):
+        return True, Reason.ROUTER_IGNORES_LABELS, problem
+    if inp.autoscaling_problem:
+        return True, Reason.INVALID_AUTOSCALING, inp.autoscaling_problem
+    return False, Reason.HEALTHY, "no failed instances"
+
+
+def _converting_verdict(converting: Sequence[Instance]) -> _Verdict:
+    """Converting, listing each move as "pod from->to (step)" so `kubectl describe` shows where it is."""
+    if not converting:
+        return False, Reason.NO_CONVERSION, "no conversion in progress"
+    moves = ", ".join(
+        f"{i.name} {i.role}->{i.transition.target} ({i.transition.step})" for i in converting if i.transition
+    )
+    return True, Reason.CONVERTING, moves
+
+
+def _conversions(converting: Sequence[Instance]) -> list[dict[str, Any]]:
+    """`.status.conversions`: one entry per converting pod, with when its conversion started."""
+    return [
+        {
+            "pod": i.name,
+            "from": str(i.transition.source),
+            "to": str(i.transition.target),
+            "step": str(i.transition.step),
+            "since": _timestamp(i.transition.started),
+        }
+        for i in converting
+        if i.transition
+    ]
+
+
 def compute_status(inp: StatusInput) -> dict[str, Any]:
     """The operator's part of `.status` (it never touches `.status.autoscaler`)."""
     condition = _ConditionMaker(inp.previous_conditions, inp.generation, inp.now)
     pools = {role: pool_status(inp.spec, role, inp.instances, inp.template_hashes[role]) for role in Role}
-    converting = [
-        i
-        for i in inp.instances
-        if i.transition and i.transition.kind is TransitionKind.CONVERT and not i.leaving
-    ]
-    failed = [i.name for i in inp.instances if i.failed]
-    router_wanted = inp.spec.router.type is not RouterType.NONE and inp.spec.router.replicas > 0
-    router_ok = not router_wanted or inp.router_ready_replicas >= 1
-
-    short = [f"{role} {p['ready']}/{p['desired']}" for role, p in pools.items() if p["ready"] < p["desired"]]
+    converting = _converting(inp.instances)
+    short = _short_pools(pools)
     rejected = "; ".join(inp.rejected)
-    if rejected:  # the spec renders objects the API server refuses: never Ready at this generation
-        ready = condition(ConditionType.READY, False, Reason.OBJECT_REJECTED, rejected)
-    elif short:
-        ready = condition(
-            ConditionType.READY, False, Reason.INSTANCES_NOT_READY, "not ready: " + ", ".join(short)
-        )
-    elif not router_ok:
-        ready = condition(ConditionType.READY, False, Reason.ROUTER_NOT_READY, "router has no ready replica")
-    else:
-        ready = condition(
-            ConditionType.READY, True, Reason.ALL_READY, "all instances and the router are ready"
-        )
-
-    outdated = any(p["updated"] < p["current"] for p in pools.values())
-    off_count = any(p["current"] != p["desired"] for p in pools.values())
-    leaving = any(i.leaving for i in inp.instances)
-    if converting:
-        progressing = condition(
-            ConditionType.PROGRESSING,
-            True,
-            Reason.CONVERTING,
-            f"{len(converting)} conversion(s) in progress",
-        )
-    elif outdated:
-        progressing = condition(
-            ConditionType.PROGRESSING,
-            True,
-            Reason.ROLLING_UPDATE,
-            "replacing instances with the new template",
-        )
-    elif off_count or leaving or short:
-        progressing = condition(ConditionType.PROGRESSING, True, Reason.SCALING, "moving to desired counts")
-    else:
-        progressing = condition(
-            ConditionType.PROGRESSING, False, Reason.STABLE, "at desired counts and template"
-        )
-
-    unsupported = unsupported_flags_message(inp.spec.engine.image, inp.instances)
-    if rejected:
-        degraded = condition(ConditionType.DEGRADED, True, Reason.OBJECT_REJECTED, rejected)
-    elif unsupported:
-        degraded = condition(ConditionType.DEGRADED, True, Reason.ENGINE_FLAG_UNSUPPORTED, unsupported)
-    elif failed:
-        degraded = condition(
-            ConditionType.DEGRADED,
-            True,
-            Reason.PODS_FAILED,
-            "failed pods replaced: " + ", ".join(failed),
-        )
-    elif problem := router_label_problem(inp.spec):
-        degraded = condition(ConditionType.DEGRADED, True, Reason.ROUTER_IGNORES_LABELS, problem)
-    elif inp.autoscaling_problem:
-        degraded = condition(
-            ConditionType.DEGRADED, True, Reason.INVALID_AUTOSCALING, inp.autoscaling_problem
-        )
-    else:
-        degraded = condition(ConditionType.DEGRADED, False, Reason.HEALTHY, "no failed instances")
-
-    if converting:
-        moves = ", ".join(
-            f"{i.name} {i.role}->{i.transition.target} ({i.transition.step})"
-            for i in converting
-            if i.transition
-        )
-        converting_condition = condition(ConditionType.CONVERTING, True, Reason.CONVERTING, moves)
-    else:
-        converting_condition = condition(
-            ConditionType.CONVERTING, False, Reason.NO_CONVERSION, "no conversion in progress"
-        )
-
     return {
         "observedGeneration": inp.generation,
         "prefill": pools[Role.PREFILL],
         "decode": pools[Role.DECODE],
         "router": {"readyReplicas": inp.router_ready_replicas},
         "converting": len(converting),
-        "conversions": [
-            {
-                "pod": i.name,
-                "from": str(i.transition.source),
-                "to": str(i.transition.target),
-                "step": str(i.transition.step),
-                "since": _timestamp(i.transition.started),
-            }
-            for i in converting
-            if i.transition
+        "conversions": _conversions(converting),
+        "conditions": [
+            condition(ConditionType.READY, *_ready(inp, rejected, short)),
+            condition(ConditionType.PROGRESSING, *_progressing(inp, pools, converting, short)),
+            condition(ConditionType.DEGRADED, *_degraded(inp, rejected)),
+            condition(ConditionType.CONVERTING, *_converting_verdict(converting)),
         ],
-        "conditions": [ready, progressing, degraded, converting_condition],
     }
 
 
