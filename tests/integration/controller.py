@@ -3,7 +3,9 @@ known rates (open-loop: arrivals do not depend on capacity), and reading the con
 
 from __future__ import annotations
 
+import ssl
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +24,20 @@ def scrape(port: int) -> str:
             return str(response.read().decode())
     except OSError:
         return ""
+
+
+def read_metrics(url: str, token: str | None = None) -> tuple[int, str]:
+    """(HTTP status, text) of an HTTPS /metrics with the controller's self-signed certificate, showing
+    `token` as a bearer token when given."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=unverified, timeout=10) as answer:
+            return answer.status, str(answer.read().decode())
+    except urllib.error.HTTPError as error:
+        return error.code, ""
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ def start_controller(
             "10",
             "--log-level",
             "DEBUG",
+            # the tests read the decisions' series on loopback, as plain HTTP
+            *("--metrics-auth", "none", "--metrics-address", "127.0.0.1"),
             *extra,
         ]
         process = ControllerProcess(kube_cluster.env(), tmp_path / f"{name}.log", args)

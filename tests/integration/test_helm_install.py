@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import free_port, wait_until
 from tests.helm_chart import CHART_DIR, helm
+from tests.integration.controller import read_metrics
 from tests.integration.pdd import FAST_SETTINGS, apply, get_json, wait_ready
 
 from xpyd_api.names import GROUP, PLURAL
@@ -162,10 +164,11 @@ def _restricted_namespace(cluster: LocalCluster, name: str) -> None:
 
 
 def _advisory_sample(dead_prometheus: str) -> dict[str, Any]:
-    """crds/samples/minimal.yaml with the controller in Advisory mode against a Prometheus that is down:
-    the controller still lists it, records "no data" in status.autoscaler and holds the sizes. The router
-    runs as the chart's router account."""
+    """crds/samples/minimal.yaml with a model preset and the controller in Advisory mode against a
+    Prometheus that is down: the controller still lists it, records "no data" in status.autoscaler and
+    holds the sizes. The router runs as the chart's router account."""
     sample: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())
+    sample["spec"]["model"]["preset"] = "llama-3.1-8b"  # autoscaling sizes with the model's architecture
     sample["spec"]["autoscaling"] = {
         "mode": "Advisory",
         "intervalSeconds": 1,
@@ -173,6 +176,24 @@ def _advisory_sample(dead_prometheus: str) -> dict[str, Any]:
     }
     sample["spec"]["router"]["serviceAccountName"] = ROUTER_ACCOUNT
     return sample
+
+
+def _assert_metrics_need_a_reader(cluster: LocalCluster, namespace: str, port: int) -> None:
+    """The controller's /metrics, as the chart serves it: HTTPS; 401 without a token, 403 for an account
+    the API server knows but RBAC does not let get /metrics, the series for one bound to the chart's
+    metrics-reader ClusterRole (the controller's own account reviews both through the API server)."""
+    url = f"https://127.0.0.1:{port}/metrics"
+
+    def token(account: str) -> str:
+        return cluster.kubectl("create", "token", account, "-n", namespace, "--duration=15m").stdout.strip()
+
+    wait_until(lambda: read_metrics(url)[0] == 401, 30, "/metrics to answer")
+    assert read_metrics(url, "not-a-token") == (401, "")
+    assert read_metrics(url, token("stranger")) == (403, "")
+    status, text = read_metrics(url, token("scraper"))
+    assert status == 200 and "xpyd_controller_leader 1.0" in text, (status, text[:200])
+    with pytest.raises(OSError):  # no plain HTTP
+        urllib.request.urlopen(url.replace("https", "http"), timeout=5)
 
 
 def _has_autoscaler_status(cluster: LocalCluster, namespace: str) -> bool:
@@ -190,7 +211,11 @@ def test_install_rbac_upgrade_uninstall(
     values: dict[str, Any] = {  # the processes below serve their ports on this host
         "watch": {"mode": mode, "namespaces": watched},
         "operator": {"healthPort": free_port()},
-        "controller": {"metricsPort": free_port(), "healthPort": free_port()},
+        "controller": {
+            "metricsPort": free_port(),
+            "healthPort": free_port(),
+            "metricsReaders": [{"kind": "ServiceAccount", "name": "scraper", "namespace": release_ns}],
+        },
         "routerAccess": {"enabled": True, "namespaces": [] if watched else [namespace]},
         # This cluster has no prometheus-operator: the monitor is skipped and NOTES.txt says why.
         "monitoring": {"podMonitor": {"enabled": True}},
@@ -200,6 +225,8 @@ def test_install_rbac_upgrade_uninstall(
     assert not _can(kube_cluster, f"{namespace}:nobody", namespace, "get", "pods")
 
     _restricted_namespace(kube_cluster, release_ns)
+    for account in ("scraper", "stranger"):  # who scrapes the controller's /metrics, and who may not
+        kube_cluster.kubectl("create", "serviceaccount", account, "-n", release_ns)
     install = ["install", release, str(CHART_DIR), "-n", release_ns, "--wait", "--timeout=120s"]
     installed = helm(*install, values=values, env=env)
     try:
@@ -231,6 +258,7 @@ def test_install_rbac_upgrade_uninstall(
             assert router["spec"]["template"]["spec"]["serviceAccountName"] == ROUTER_ACCOUNT
             lease = get_json(kube_cluster, "lease", "xpyd-controller", "-n", release_ns)
             assert lease["spec"]["holderIdentity"]
+            _assert_metrics_need_a_reader(kube_cluster, release_ns, values["controller"]["metricsPort"])
             # An RBAC denial names the account; other 403s (a namespace being deleted) do not.
             denied = f'"system:serviceaccount:{release_ns}:'
             assert not [name for name, text in logs.items() if denied in text]

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import urllib.request
+from typing import Any
+
+import pytest
+from tests.integration.controller import read_metrics
+
 from xpyd_api.models import parse_pdd
-from xpyd_controller.adapters.telemetry import PrometheusTelemetry
+from xpyd_controller.adapters.k8s import MetricsAccess
+from xpyd_controller.adapters.telemetry import PrometheusTelemetry, tls_context
 from xpyd_controller.control.status import DecisionRecord
 from xpyd_controller.policy.types import Decision, Observation, PoolState
 
@@ -52,3 +59,56 @@ def test_loop_duration_and_leader() -> None:
     telemetry.set_leader(True)
     assert telemetry.registry.get_sample_value("xpyd_controller_loop_duration_seconds_count") == 1
     assert telemetry.registry.get_sample_value("xpyd_controller_leader") == 1
+
+
+def test_metrics_are_served_over_tls_only_to_what_authorize_accepts() -> None:
+    answers = {"Bearer reader": 200, "Bearer stranger": 403}
+    seen: list[str | None] = []
+
+    def authorize(header: str | None) -> int:
+        seen.append(header)
+        return answers.get(header or "", 401)
+
+    telemetry = PrometheusTelemetry()
+    telemetry.set_leader(True)
+    server = telemetry.serve(0, "127.0.0.1", authorize, tls_context(None, "127.0.0.1"))
+    url = f"https://127.0.0.1:{server.server_address[1]}/metrics"
+    try:
+        assert read_metrics(url) == (401, "")
+        assert read_metrics(url, "stranger") == (403, "")
+        status, text = read_metrics(url, "reader")
+        assert status == 200 and "xpyd_controller_leader 1.0" in text
+        assert read_metrics(url.replace("/metrics", "/other"), "reader")[0] == 404
+        with pytest.raises(OSError):  # no plain HTTP on the TLS port
+            urllib.request.urlopen(url.replace("https", "http"), timeout=5)
+    finally:
+        server.shutdown()
+    assert seen == [None, "Bearer stranger", "Bearer reader"]
+
+
+class Reviews:
+    """The TokenReview and SubjectAccessReview answers of a cluster with two known tokens."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def review_token(self, token: str) -> dict[str, Any] | None:
+        self.calls += 1
+        return {
+            "reader": {"username": "system:serviceaccount:mon:prometheus"},
+            "other": {"username": "x"},
+        }.get(token)
+
+    def may_get(self, user: dict[str, Any], path: str) -> bool:
+        return path == "/metrics" and user["username"].endswith(":prometheus")
+
+
+def test_metrics_access_reviews_each_token_and_remembers_the_answer_for_a_while() -> None:
+    now = [0.0]
+    reviews = Reviews()
+    access = MetricsAccess(reviews, clock=lambda: now[0])
+    assert access.status(None) == 401 and access.status("Basic dTpw") == 401 and reviews.calls == 0
+    assert [access.status(f"Bearer {t}") for t in ("reader", "other", "forged")] == [200, 403, 401]
+    assert access.status("Bearer reader") == 200 and reviews.calls == 3  # remembered
+    now[0] = 11.0
+    assert access.status("Bearer reader") == 200 and reviews.calls == 4  # reviewed again

@@ -94,8 +94,8 @@ def test_helm_package_ships_the_crd_schema_and_dashboard(tmp_path: Path) -> None
                 "ServiceAccount": 2,
                 "Deployment": 2,
                 "Service": 1,
-                "ClusterRole": 3,
-                "ClusterRoleBinding": 3,
+                "ClusterRole": 5,  # operator, controller, the controller's metrics-auth and metrics-reader
+                "ClusterRoleBinding": 4,
                 "Role": 1,
                 "RoleBinding": 1,
             },
@@ -107,8 +107,8 @@ def test_helm_package_ships_the_crd_schema_and_dashboard(tmp_path: Path) -> None
                 "ServiceAccount": 2,
                 "Deployment": 2,
                 "Service": 1,
-                "ClusterRole": 1,
-                "ClusterRoleBinding": 1,
+                "ClusterRole": 3,
+                "ClusterRoleBinding": 2,
                 "Role": 5,
                 "RoleBinding": 5,
             },
@@ -121,8 +121,20 @@ def test_helm_package_ships_the_crd_schema_and_dashboard(tmp_path: Path) -> None
         ),
         pytest.param(
             {"controller": {"leaderElection": False}},
-            {"ServiceAccount": 2, "Deployment": 2, "Service": 1, "ClusterRole": 3, "ClusterRoleBinding": 3},
+            {"ServiceAccount": 2, "Deployment": 2, "Service": 1, "ClusterRole": 5, "ClusterRoleBinding": 4},
             id="no-leader-election",
+        ),
+        pytest.param(
+            {"controller": {"metricsAuth": "none"}},
+            {"ServiceAccount": 2, "Deployment": 2, "Service": 1, "ClusterRole": 3, "ClusterRoleBinding": 3}
+            | {"Role": 1, "RoleBinding": 1},
+            id="metrics-unauthenticated",
+        ),
+        pytest.param(
+            {"controller": {"metricsReaders": [{"kind": "ServiceAccount", "name": "p", "namespace": "mon"}]}},
+            {"ServiceAccount": 2, "Deployment": 2, "Service": 1, "ClusterRole": 5, "ClusterRoleBinding": 5}
+            | {"Role": 1, "RoleBinding": 1},
+            id="metrics-readers",
         ),
     ],
 )
@@ -229,6 +241,7 @@ def test_operator_flags_and_settings(settings: dict[str, Any], log_level: str, f
                 "--all-namespaces",
                 "--metrics-port=9400",
                 "--metrics-address=$(POD_IP)",
+                "--metrics-auth=kubernetes",
                 "--health-port=8081",
                 "--log-level=INFO",
                 "--leader-elect",
@@ -241,11 +254,13 @@ def test_operator_flags_and_settings(settings: dict[str, Any], log_level: str, f
                 "logLevel": "debug",
                 "leaderElection": False,
                 "prometheusAllowList": ["http://prom.monitoring.svc:9090"],
+                "metricsAuth": "none",
             },
             [
                 "--all-namespaces",
                 "--metrics-port=9500",
                 "--metrics-address=$(POD_IP)",
+                "--metrics-auth=none",
                 "--health-port=9501",
                 "--prometheus-allow=http://prom.monitoring.svc:9090",
                 "--log-level=DEBUG",
@@ -407,8 +422,17 @@ def test_pod_monitors_scrape_instances_with_pdd_and_role_and_routers_with_pdd(
     (service,) = _named(objects, "Service", "rel-xpyd-controller-metrics")
     assert service_monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     # The controller labels its series with the PDDeployment's namespace: the target's must not replace it.
+    # It scrapes over HTTPS with Prometheus's own token, which the controller reviews.
     assert service_monitor["spec"]["endpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}
+        {
+            "port": "metrics",
+            "path": "/metrics",
+            "interval": "30s",
+            "honorLabels": True,
+            "scheme": "https",
+            "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "tlsConfig": {"insecureSkipVerify": True},
+        }
     ]
 
 
@@ -477,3 +501,23 @@ def test_network_policies_are_optional_and_limit_metrics_to_their_peers() -> Non
     assert rule["from"] == peers and rule["ports"] == [{"port": 9400, "protocol": "TCP"}]
     default = _named(render({"networkPolicy": {"enabled": True}}), "NetworkPolicy", "rel-xpyd-controller")[0]
     assert default["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
+
+
+def test_metrics_are_read_through_the_api_servers_reviews_by_default() -> None:
+    readers = [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
+    objects = render({"controller": {"metricsReaders": readers}})
+    (auth,) = _named(objects, "ClusterRole", "rel-xpyd-controller-metrics-auth")
+    assert auth["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    (bound,) = _named(objects, "ClusterRoleBinding", "rel-xpyd-controller-metrics-auth")
+    assert bound["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-xpyd-controller", "namespace": "xpyd-system"}
+    ]
+    (reader,) = _named(objects, "ClusterRole", "rel-xpyd-controller-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    (reading,) = _named(objects, "ClusterRoleBinding", "rel-xpyd-controller-metrics-reader")
+    assert (
+        reading["subjects"] == readers and reading["roleRef"]["name"] == "rel-xpyd-controller-metrics-reader"
+    )

@@ -10,15 +10,16 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
 from pathlib import Path
 
 from xpyd_controller.adapters.health import LoopHealth, serve_health
-from xpyd_controller.adapters.k8s import ControllerCluster, connect
+from xpyd_controller.adapters.k8s import ControllerCluster, MetricsAccess, connect
 from xpyd_controller.adapters.prometheus import PrometheusSource, Resolver, resolve_host
-from xpyd_controller.adapters.telemetry import PrometheusTelemetry
+from xpyd_controller.adapters.telemetry import PrometheusTelemetry, tls_context
 from xpyd_controller.control.lease import LeaderElector
 from xpyd_controller.control.loop import Controller, Settings
 from xpyd_controller.control.promql import LabelNames
@@ -63,6 +64,18 @@ def _summary(record: DecisionRecord) -> str:
     )
 
 
+def _serve_metrics(
+    args: argparse.Namespace, cluster: ControllerCluster, telemetry: PrometheusTelemetry
+) -> None:
+    """/metrics as --metrics-auth says: HTTPS to authorised tokens (kubernetes), or plain HTTP (none)."""
+    if args.metrics_auth == "none":
+        telemetry.serve(args.metrics_port, args.metrics_address, None, None)
+        return
+    cert_dir = Path(args.metrics_cert_dir) if args.metrics_cert_dir else None
+    tls = tls_context(cert_dir, args.metrics_address)
+    telemetry.serve(args.metrics_port, args.metrics_address, MetricsAccess(cluster).status, tls)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -87,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
     cluster = ControllerCluster(api, args.namespace)
     telemetry = PrometheusTelemetry()
     if args.metrics_port:
-        telemetry.serve(args.metrics_port, args.metrics_address)
+        try:
+            _serve_metrics(args, cluster, telemetry)
+        except (OSError, ssl.SSLError) as error:
+            print(f"xpyd controller: cannot serve /metrics: {error}", file=sys.stderr)
+            return 2
     health = LoopHealth(max(STALE_AFTER_SECONDS, 10 * args.tick))
     if args.health_port:
         serve_health(health, args.health_port, args.metrics_address)

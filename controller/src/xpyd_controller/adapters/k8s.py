@@ -1,5 +1,6 @@
 """The controller's Kubernetes adapter: the operator's raw-JSON `Kube` client plus the calls only the
-controller makes (list PDDeployments in its namespaces, merge-patch replicas, the leader Lease).
+controller makes (list PDDeployments in its namespaces, merge-patch replicas, the leader Lease, and the
+token and access reviews that decide who may read its /metrics).
 
 Replicas and status go through JSON merge patches naming only the controller's fields, so the operator's
 status fields and everything else in the spec are left as they are.
@@ -7,9 +8,11 @@ status fields and everything else in the spec are left as they are.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +29,10 @@ WATCH_RETRY_SECONDS = 2.0
 logger = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+ACCESS_CACHE_SECONDS = 10.0  # how long one token's answer is reused (a scrape every few seconds)
+ACCESS_CACHE_ENTRIES = 1024  # tokens remembered at most (older answers are dropped first)
 
 
 def connect(kubeconfig: str | None = None) -> client.ApiClient:
@@ -156,6 +163,27 @@ class ControllerCluster(Kube):
         }
         return self._won(lambda: self._call("PUT", f"{LEASES.format(namespace=namespace)}/{name}", body))
 
+    # --- who may read /metrics -------------------------------------------------------------------
+
+    def review_token(self, token: str) -> dict[str, Any] | None:
+        """The user the API server authenticates `token` as (TokenReview), or None."""
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        status = self._call("POST", TOKEN_REVIEWS, review).get("status") or {}
+        user = status.get("user")
+        return user if status.get("authenticated") and isinstance(user, dict) else None
+
+    def may_get(self, user: dict[str, Any], path: str) -> bool:
+        """`user` may `get` the non-resource URL `path` (SubjectAccessReview)."""
+        spec = {
+            "user": user.get("username", ""),
+            "uid": user.get("uid", ""),
+            "groups": user.get("groups") or [],
+            "extra": user.get("extra") or {},
+            "nonResourceAttributes": {"path": path, "verb": "get"},
+        }
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        return bool((self._call("POST", ACCESS_REVIEWS, review).get("status") or {}).get("allowed"))
+
     @staticmethod
     def _won(write: Callable[[], object]) -> bool:
         """True when the write went through; False when another candidate wrote first (409)."""
@@ -175,3 +203,46 @@ def apply_event(objects: dict[str, dict[str, Any]], kind: str, body: dict[str, A
         objects.pop(uid, None)
     elif kind in ("ADDED", "MODIFIED"):
         objects[uid] = body
+
+
+class MetricsAccess:
+    """Who may read the controller's /metrics, decided as controller-runtime's
+    WithAuthenticationAndAuthorization filter and kube-rbac-proxy do: the request's bearer token must be
+    one the API server authenticates (TokenReview), and its user must be allowed `get` on the
+    non-resource URL (SubjectAccessReview; e.g. a ClusterRole with nonResourceURLs ["/metrics"]). The
+    answer for a token is reused for ACCESS_CACHE_SECONDS, so a scrape costs two reviews per window."""
+
+    def __init__(
+        self, cluster: ControllerCluster, path: str = "/metrics", clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.cluster = cluster
+        self.path = path
+        self._clock = clock
+        self._answers: dict[str, tuple[int, float]] = {}  # sha256(token) → (HTTP status, valid until)
+        self._lock = threading.Lock()
+
+    def status(self, authorization: str | None) -> int:
+        """The HTTP status for a request with this Authorization header: 200 (may read), 401 (no bearer
+        token, or one the API server does not authenticate), 403 (authenticated, not allowed) or 503
+        (the API server did not answer; not remembered)."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return 401
+        key = hashlib.sha256(token.strip().encode()).hexdigest()
+        now = self._clock()
+        with self._lock:
+            known = self._answers.get(key)
+        if known is not None and known[1] > now:
+            return known[0]
+        try:
+            user = self.cluster.review_token(token.strip())
+            code = 401 if user is None else 200 if self.cluster.may_get(user, self.path) else 403
+        except KubeError as error:
+            logger.warning("cannot review a /metrics request's token: %s", error)
+            return 503
+        with self._lock:
+            self._answers = {k: v for k, v in self._answers.items() if v[1] > now}
+            if len(self._answers) >= ACCESS_CACHE_ENTRIES:
+                self._answers.clear()
+            self._answers[key] = (code, now + ACCESS_CACHE_SECONDS)
+        return code

@@ -43,6 +43,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--metrics-address", default="0.0.0.0", help="address /metrics listens on (0.0.0.0)")
     parser.add_argument(
+        "--metrics-auth",
+        choices=("kubernetes", "none"),
+        default="kubernetes",
+        help="who may read /metrics: kubernetes (default) serves HTTPS to a bearer token the API server "
+        "authenticates (TokenReview) whose user may get the non-resource URL /metrics "
+        "(SubjectAccessReview); none serves plain HTTP to anyone who can connect (bind it to loopback, or "
+        "to the pod IP behind a NetworkPolicy)",
+    )
+    parser.add_argument(
+        "--metrics-cert-dir",
+        metavar="DIR",
+        help="tls.crt and tls.key of /metrics with --metrics-auth kubernetes (default: a self-signed "
+        "certificate made at start)",
+    )
+    parser.add_argument(
         "--health-port",
         type=int,
         default=0,
