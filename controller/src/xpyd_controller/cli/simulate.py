@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from xpyd_api.errors import InputError
 from xpyd_controller.sim.config import Fleet, GoodputSlo, Mode, SimConfigError
-from xpyd_controller.sim.results import SimResult, recovery_time_s
+from xpyd_controller.sim.results import SeriesPoint, SimResult, recovery_time_s
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import Scenario, builtin_scenarios, load_scenario
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from matplotlib.axes import Axes
     from rich.table import Table
 
     from xpyd_controller.policy.types import Policy
@@ -298,21 +301,17 @@ def _step_markers(
     return ups[0], ups[1], downs[0], downs[1]
 
 
-def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per_instance: int) -> None:
-    """Four panels over time: traffic and mix; instances (scale and conversion marks) and GPUs;
-    TTFT and TPOT percentiles against their SLO lines; per-window goodput. Legends sit outside the data."""
-    import matplotlib
+# Legends sit to the right of each panel, outside its data.
+_OUTSIDE: dict[str, Any] = {
+    "loc": "upper left",
+    "bbox_to_anchor": (1.08, 1.0),
+    "fontsize": 8,
+    "frameon": False,
+}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    series = result.series
-    hours = [p.start_s / 3600.0 for p in series]
-    figure, (traffic, fleet, latency, good) = plt.subplots(
-        4, 1, figsize=(11, 11), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2, 1.2]}
-    )
-    outside = {"loc": "upper left", "bbox_to_anchor": (1.08, 1.0), "fontsize": 8, "frameon": False}
-
+def _plot_traffic(traffic: Axes, hours: list[float], series: Sequence[SeriesPoint]) -> None:
+    """Arrival rate, with the input:output token ratio on a second axis: the mix moves the best split."""
     traffic.plot(hours, [p.arrival_rate for p in series], label="arrivals (req/s)", color="black")
     traffic.set_ylabel("requests/s")
     traffic.set_ylim(bottom=0)
@@ -325,8 +324,23 @@ def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per
     )
     mix.set_ylabel("input : output")
     mix.set_ylim(bottom=0)
-    traffic.legend(handles=[*traffic.get_lines(), *mix.get_lines()], **outside)
+    traffic.legend(handles=[*traffic.get_lines(), *mix.get_lines()], **_OUTSIDE)
 
+
+def _conversion_hours(hours: list[float], prefill: list[int], decode: list[int]) -> list[float]:
+    """When one pool grew while the other shrank in the same window: a role conversion."""
+    return [
+        hours[i]
+        for i in range(1, len(hours))
+        if (prefill[i] - prefill[i - 1]) * (decode[i] - decode[i - 1]) < 0
+    ]
+
+
+def _plot_fleet(
+    fleet: Axes, hours: list[float], series: Sequence[SeriesPoint], gpus_per_instance: int
+) -> None:
+    """Ready instances per pool with a mark at each scale step and a line at each conversion, and the
+    GPUs paid for on a second axis, so each decision shows next to its cost."""
     prefill = [p.prefill_ready for p in series]
     decode = [p.decode_ready for p in series]
     fleet.step(hours, prefill, where="post", label="prefill ready (x)", color="tab:blue")
@@ -337,12 +351,7 @@ def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per
         fleet.scatter(down_t, down_n, marker="v", color=colour, s=18, zorder=5)
     fleet.scatter([], [], marker="^", color="grey", s=18, label="pool grew")
     fleet.scatter([], [], marker="v", color="grey", s=18, label="pool shrank")
-    conversions = [
-        hours[i]
-        for i in range(1, len(series))
-        if (prefill[i] - prefill[i - 1]) * (decode[i] - decode[i - 1]) < 0
-    ]
-    for i, when in enumerate(conversions):
+    for i, when in enumerate(_conversion_hours(hours, prefill, decode)):
         fleet.axvline(
             when, color="tab:purple", alpha=0.35, linewidth=1, label="conversion" if i == 0 else None
         )
@@ -360,14 +369,12 @@ def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per
     gpus.set_ylabel("GPUs")
     gpus.set_ylim(bottom=0)
     handles = fleet.get_legend_handles_labels()[0] + gpus.get_legend_handles_labels()[0]
-    fleet.legend(handles=handles, **outside)
+    fleet.legend(handles=handles, **_OUTSIDE)
 
-    for name, label, style in (("ttft_p50_s", "TTFT p50", "-"), ("ttft_p99_s", "TTFT p99", "-")):
-        latency.plot(hours, [getattr(p, name) for p in series], label=label, linestyle=style)
-    latency.axhline(slo.ttft_s, color="tab:red", linewidth=1, label=f"TTFT SLO {slo.ttft_s:g} s")
-    latency.set_ylabel("TTFT (s, log)")
-    latency.set_yscale("log")
-    per_token = latency.twinx()
+
+def _plot_tpot(per_token: Axes, hours: list[float], series: Sequence[SeriesPoint], slo: GoodputSlo) -> None:
+    """TPOT percentiles in ms and the SLO's per-token bound (TPOT, else the token gap) if it has one;
+    the axis starts at zero so rounding noise in a flat TPOT stays flat."""
     tpot_p99 = [p.tpot_p99_s * 1e3 for p in series]
     for name, label in (("tpot_p50_s", "TPOT p50"), ("tpot_p99_s", "TPOT p99")):
         per_token.plot(hours, [getattr(p, name) * 1e3 for p in series], label=label, linestyle="--")
@@ -383,17 +390,50 @@ def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per
             label=f"TPOT SLO {tpot_bound * 1e3:g} ms",
         )
         top = max(top, tpot_bound * 1e3 * 1.25)
-    per_token.set_ylim(0, top or 1.0)  # from zero: rounding noise in a flat TPOT stays flat
+    per_token.set_ylim(0, top or 1.0)
     per_token.set_ylabel("TPOT (ms)")
-    handles = latency.get_legend_handles_labels()[0] + per_token.get_legend_handles_labels()[0]
-    latency.legend(handles=handles, **outside)
 
+
+def _plot_latency(latency: Axes, hours: list[float], series: Sequence[SeriesPoint], slo: GoodputSlo) -> None:
+    """TTFT percentiles on a log axis against the TTFT SLO, with TPOT on a second axis."""
+    for name, label, style in (("ttft_p50_s", "TTFT p50", "-"), ("ttft_p99_s", "TTFT p99", "-")):
+        latency.plot(hours, [getattr(p, name) for p in series], label=label, linestyle=style)
+    latency.axhline(slo.ttft_s, color="tab:red", linewidth=1, label=f"TTFT SLO {slo.ttft_s:g} s")
+    latency.set_ylabel("TTFT (s, log)")
+    latency.set_yscale("log")
+    per_token = latency.twinx()
+    _plot_tpot(per_token, hours, series, slo)
+    handles = latency.get_legend_handles_labels()[0] + per_token.get_legend_handles_labels()[0]
+    latency.legend(handles=handles, **_OUTSIDE)
+
+
+def _plot_goodput(good: Axes, hours: list[float], series: Sequence[SeriesPoint]) -> None:
+    """Goodput per window against a 99 % line, to show when the SLO was missed."""
     good.plot(hours, [p.goodput * 100 for p in series], color="black", label="goodput per window")
     good.axhline(99, color="tab:red", linewidth=1, linestyle=":", label="99 %")
     good.set_ylim(0, 102)
     good.set_ylabel("goodput (%)")
     good.set_xlabel("hours")
-    good.legend(**outside)
+    good.legend(**_OUTSIDE)
+
+
+def plot_run(result: SimResult, path: str, title: str, slo: GoodputSlo, gpus_per_instance: int) -> None:
+    """Four panels over time: traffic and mix; instances (scale and conversion marks) and GPUs;
+    TTFT and TPOT percentiles against their SLO lines; per-window goodput. Legends sit outside the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = result.series
+    hours = [p.start_s / 3600.0 for p in series]
+    figure, (traffic, fleet, latency, good) = plt.subplots(
+        4, 1, figsize=(11, 11), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2, 1.2]}
+    )
+    _plot_traffic(traffic, hours, series)
+    _plot_fleet(fleet, hours, series, gpus_per_instance)
+    _plot_latency(latency, hours, series, slo)
+    _plot_goodput(good, hours, series)
     for axis in (traffic, fleet, latency, good):
         axis.grid(alpha=0.3)
     figure.suptitle(
