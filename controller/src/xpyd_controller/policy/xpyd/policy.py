@@ -18,13 +18,13 @@ A missing arrival rate holds everything; lengths missing scale up on the last kn
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xpyd_controller.model.sizing import PoolConfig, Slo
 from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyContext
-from xpyd_controller.policy.layers import InFlightGuard, ScalingLayers, resume_parts
+from xpyd_controller.policy.layers import InFlightGuard, Layered, ScalingLayers, resume_parts
 from xpyd_controller.policy.lead_times import COLD_START, CONVERSION
 from xpyd_controller.policy.limits import validate_limits
 from xpyd_controller.policy.state import JsonMap, envelope, section
@@ -40,7 +40,7 @@ from xpyd_controller.policy.xpyd.choose import (
 )
 from xpyd_controller.policy.xpyd.config import XpydConfig
 from xpyd_controller.policy.xpyd.correction import DecodeCorrection, Hardware, PrefillCorrection
-from xpyd_controller.policy.xpyd.demand import DemandEstimator
+from xpyd_controller.policy.xpyd.demand import Demand, DemandEstimator
 from xpyd_controller.policy.xpyd.need import Need, decode_measurement, pool_need
 
 
@@ -113,15 +113,7 @@ class XpydPolicy:
         demand = self._demand.observe(observation)
         if isinstance(demand, str):
             return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
-        target = self._correction.target(observation, demand.lengths, self._hardware)
-        self._correction.update(observation.time_s, target)
-        measured = decode_measurement(observation, self._kv_correction.factor)
-        need = pool_need(self._hardware, demand, self._correction.factor, self.config.tolerance, measured)
-        kv_target = None
-        if "decode_kv_capacity_cap" in need.details:
-            model_cap = need.details["decode_kv_capacity_cap"] / self._kv_correction.factor
-            kv_target = self._kv_correction.target(observation, model_cap)
-        self._kv_correction.update(observation.time_s, kv_target)
+        need, learned = self._need(observation, demand)
         missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
         proposed.append(share_budget(recommended, pools, pressed(observation, missed), limits))
@@ -132,34 +124,8 @@ class XpydPolicy:
             limits,
             settle_s=self.config.down_window_s,  # the HPA's first recommendation: the replicas it finds
         )
-        decided = [layered.prefill, layered.decode]
-        released = ""
-        if ctx.prefill_gpus_per_instance == ctx.decode_gpus_per_instance and not demand.partial:
-            maxima = (limits.prefill_max, limits.decode_max)
-            denied = tuple(
-                max(0, min(want, high) - got) if layered.bound == "gpu_budget" else 0
-                for want, high, got in zip(recommended, maxima, decided, strict=True)
-            )
-            released = release_for_conversion(
-                pools,
-                need,
-                decided,
-                limits=limits,
-                denied=(denied[0], denied[1]),
-                cold_start_faster=self._demand.lead_times.cold_start_faster(),
-            )
-        self._demand.lead_times.asked(observation.time_s, pools.supply, (decided[0], decided[1]))
-        details = self._details(demand.rate, need, pools, measured_rate=demand.arrival_rate)
-        details |= {"backlog_rate": demand.backlog_rate, "lead_time_seconds": demand.lead_time_s}
-        details["prefill_forecast_rise"] = demand.prefill_rise
-        details |= {
-            "prefill_correction": self._correction.factor,
-            "decode_kv_correction": measured.kv_scale or 1.0,
-        }
-        if target is not None:
-            details["prefill_correction_target"] = target
-        if kv_target is not None:
-            details["decode_kv_correction_target"] = kv_target
+        decided, released = self._release(pools, need, demand, limits, (recommended, layered))
+        self._demand.lead_times.asked(observation.time_s, pools.supply, decided)
         if demand.rise > 0 or demand.prefill_rise > 0:
             reasons.append("SizedForForecastLoad")
         if demand.backlog_rate > 0:
@@ -169,14 +135,69 @@ class XpydPolicy:
             decode=decided[1],
             binding=layered.bound or need.binding,
             reasons=tuple(r for r in (*reasons, *need.reasons, *proposed, *layered.reasons, released) if r),
-            details=details,
+            details=self._details(demand, need, pools) | learned,
         )
 
-    def _details(self, rate: float, need: Need, pools: Pools, *, measured_rate: float) -> dict[str, float]:
+    def _need(self, observation: Observation, demand: Demand) -> tuple[Need, dict[str, float]]:
+        """Both corrections updated from this window, then the pools' need sized with them; also the
+        corrections' values (and the targets this window proposed) for the decision's details."""
+        target = self._correction.target(observation, demand.lengths, self._hardware)
+        self._correction.update(observation.time_s, target)
+        measured = decode_measurement(observation, self._kv_correction.factor)
+        need = pool_need(self._hardware, demand, self._correction.factor, self.config.tolerance, measured)
+        kv_target = None
+        if "decode_kv_capacity_cap" in need.details:
+            model_cap = need.details["decode_kv_capacity_cap"] / self._kv_correction.factor
+            kv_target = self._kv_correction.target(observation, model_cap)
+        self._kv_correction.update(observation.time_s, kv_target)
+        learned = {
+            "prefill_correction": self._correction.factor,
+            "decode_kv_correction": measured.kv_scale or 1.0,
+        }
+        if target is not None:
+            learned["prefill_correction_target"] = target
+        if kv_target is not None:
+            learned["decode_kv_correction_target"] = kv_target
+        return need, learned
+
+    def _release(
+        self,
+        pools: Pools,
+        need: Need,
+        demand: Demand,
+        limits: Limits,
+        asked: tuple[Sequence[int], Layered],
+    ) -> tuple[tuple[int, int], str]:
+        """The layered sizes after a shrinking pool gives instances to a growing one for conversion
+        (same instance shape, full lengths only: what the GPU budget denied the growing pool is what
+        it may take), and the reason when it did."""
+        ctx, (recommended, layered) = self.context, asked
+        decided = [layered.prefill, layered.decode]
+        if ctx.prefill_gpus_per_instance != ctx.decode_gpus_per_instance or demand.partial:
+            return (decided[0], decided[1]), ""
+        maxima = (limits.prefill_max, limits.decode_max)
+        denied = tuple(
+            max(0, min(want, high) - got) if layered.bound == "gpu_budget" else 0
+            for want, high, got in zip(recommended, maxima, decided, strict=True)
+        )
+        released = release_for_conversion(
+            pools,
+            need,
+            decided,
+            limits=limits,
+            denied=(denied[0], denied[1]),
+            cold_start_faster=self._demand.lead_times.cold_start_faster(),
+        )
+        return (decided[0], decided[1]), released
+
+    def _details(self, demand: Demand, need: Need, pools: Pools) -> dict[str, float]:
         lead = self._demand.lead_times.seconds
         details = {
-            "arrival_rate": measured_rate,
-            "sized_arrival_rate": rate,
+            "arrival_rate": demand.arrival_rate,
+            "sized_arrival_rate": demand.rate,
+            "backlog_rate": demand.backlog_rate,
+            "lead_time_seconds": demand.lead_time_s,
+            "prefill_forecast_rise": demand.prefill_rise,
             "prefill_supply": float(pools.supply[0]),
             "decode_supply": float(pools.supply[1]),
             "prefill_floor": float(need.floor[0]),
