@@ -76,70 +76,127 @@ def _serve_metrics(
     telemetry.serve(args.metrics_port, args.metrics_address, MetricsAccess(cluster).status, tls)
 
 
+def _refuse(message: str) -> int:
+    """Exit code 2 for input the controller cannot start with, the reason on stderr."""
+    print(f"xpyd controller: {message}", file=sys.stderr)
+    return 2
+
+
+def _settings(args: argparse.Namespace, identity: str) -> Settings:
+    """The decision loop's settings from the flags; ValueError names a value it cannot use."""
+    labels = LabelNames(args.label_namespace, args.label_pdd, args.label_role)
+    return Settings(
+        policy=args.policy,
+        window_s=args.rate_window,
+        labels=labels,
+        prometheus_allow=tuple(args.prometheus_allow),
+        identity=identity,
+    )
+
+
+def _start_metrics(
+    args: argparse.Namespace, cluster: ControllerCluster, telemetry: PrometheusTelemetry
+) -> str | None:
+    """Serves /metrics if --metrics-port asks for it; why it cannot (port taken, bad certificate), or
+    None. A controller nobody can scrape is refused at start rather than running unobserved."""
+    if not args.metrics_port:
+        return None
+    try:
+        _serve_metrics(args, cluster, telemetry)
+    except (OSError, ssl.SSLError) as error:
+        return f"cannot serve /metrics: {error}"
+    return None
+
+
+def _start_health(args: argparse.Namespace) -> LoopHealth:
+    """The loop's liveness, served on --health-port if given; a loop that finished no pass for a
+    minute, or ten ticks if longer, is wedged."""
+    health = LoopHealth(max(STALE_AFTER_SECONDS, 10 * args.tick))
+    if args.health_port:
+        serve_health(health, args.health_port, args.metrics_address)
+    return health
+
+
+def _elector(args: argparse.Namespace, cluster: ControllerCluster, identity: str) -> LeaderElector | None:
+    """The Lease election with --leader-elect, so only one replica decides; None runs as the only one."""
+    if not args.leader_elect:
+        return None
+    return LeaderElector(cluster, _lease_namespace(args), args.lease_name, identity, args.lease_duration)
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set, so the loop ends after its pass and releases the Lease."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _pass(
+    controller: Controller, elector: LeaderElector | None, telemetry: PrometheusTelemetry, once: bool
+) -> None:
+    """One pass if this replica leads, logging each decision (and printing it with --once). A failure
+    (the API server or the Lease hiccuped) is logged and the next tick tries again."""
+    try:
+        leading = elector.try_lead(time.time()) if elector else True
+        telemetry.set_leader(leading)
+        if leading:
+            # --once waits for its decisions; the loop harvests them on the next tick, so
+            # a tenant whose Prometheus hangs never holds up the others' passes
+            for record in controller.run_pass(time.time(), wait_s=None if once else 0.0):
+                logger.info("decision: %s", _summary(record))
+                if once:
+                    print(_summary(record))
+    except Exception:
+        logger.exception("pass failed")
+
+
+def _loop(
+    args: argparse.Namespace,
+    controller: Controller,
+    elector: LeaderElector | None,
+    *,
+    telemetry: PrometheusTelemetry,
+    health: LoopHealth,
+    stop: threading.Event,
+) -> None:
+    """A pass every --tick until stopped (a single one with --once); each pass, failed or not, is
+    timed and marks the loop live, since a failed pass is retried, not wedged."""
+    while not stop.is_set():
+        started = time.monotonic()
+        _pass(controller, elector, telemetry, args.once)
+        telemetry.record_pass(time.monotonic() - started)
+        health.pass_done()
+        if args.once:
+            break
+        stop.wait(args.tick)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if not args.namespace and not args.all_namespaces:
-        print("xpyd controller: give --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
-        return 2
+        return _refuse("give --namespace NS (repeatable) or --all-namespaces")
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}"
     try:
-        labels = LabelNames(args.label_namespace, args.label_pdd, args.label_role)
-        settings = Settings(
-            policy=args.policy,
-            window_s=args.rate_window,
-            labels=labels,
-            prometheus_allow=tuple(args.prometheus_allow),
-            identity=identity,
-        )
+        settings = _settings(args, identity)
         api = connect(args.kubeconfig)
     except ValueError as error:
-        print(f"xpyd controller: {error}", file=sys.stderr)
-        return 2
+        return _refuse(str(error))
     cluster = ControllerCluster(api, args.namespace)
     telemetry = PrometheusTelemetry()
-    if args.metrics_port:
-        try:
-            _serve_metrics(args, cluster, telemetry)
-        except (OSError, ssl.SSLError) as error:
-            print(f"xpyd controller: cannot serve /metrics: {error}", file=sys.stderr)
-            return 2
-    health = LoopHealth(max(STALE_AFTER_SECONDS, 10 * args.tick))
-    if args.health_port:
-        serve_health(health, args.health_port, args.metrics_address)
+    if problem := _start_metrics(args, cluster, telemetry):
+        return _refuse(problem)
+    health = _start_health(args)
     controller = Controller(cluster, PrometheusSources(), telemetry, settings)
-    elector = (
-        LeaderElector(cluster, _lease_namespace(args), args.lease_name, identity, args.lease_duration)
-        if args.leader_elect
-        else None
-    )
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    elector = _elector(args, cluster, identity)
+    stop = _stop_on_signals()
     if not args.once:
         cluster.watch(stop)
     logger.info("controller %s started (namespaces: %s)", identity, ", ".join(args.namespace) or "all")
     try:
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                leading = elector.try_lead(time.time()) if elector else True
-                telemetry.set_leader(leading)
-                if leading:
-                    # --once waits for its decisions; the loop harvests them on the next tick, so
-                    # a tenant whose Prometheus hangs never holds up the others' passes
-                    for record in controller.run_pass(time.time(), wait_s=None if args.once else 0.0):
-                        logger.info("decision: %s", _summary(record))
-                        if args.once:
-                            print(_summary(record))
-            except Exception:  # the API server or the Lease hiccuped: try again next tick
-                logger.exception("pass failed")
-            telemetry.record_pass(time.monotonic() - started)
-            health.pass_done()
-            if args.once:
-                break
-            stop.wait(args.tick)
+        _loop(args, controller, elector, telemetry=telemetry, health=health, stop=stop)
     finally:
         if elector is not None:
             elector.release(time.time())
