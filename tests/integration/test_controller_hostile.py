@@ -63,6 +63,7 @@ def test_a_spec_the_controller_cannot_act_on_degrades_its_deployment_with_the_re
         autoscaling={"mode": "Auto", "intervalSeconds": 1, "prometheus": {"url": url}},
     )
     apply(kube_cluster, namespace, body)
+    applied = time.monotonic()
     cluster = ControllerCluster(connect(str(kube_cluster.kubeconfig)), [namespace])
     loop = Controller(cluster, PrometheusSources(resolve), PrometheusTelemetry(), Settings(window_s=30))
 
@@ -83,6 +84,9 @@ def test_a_spec_the_controller_cannot_act_on_degrades_its_deployment_with_the_re
     wait_until(lambda: degraded().get("reason") == "InvalidAutoscaling", 30, "Degraded=InvalidAutoscaling")
     condition = degraded()
     assert condition["status"] == "True" and reason in condition["message"], condition
+    print(
+        f"\nDegraded=InvalidAutoscaling {time.monotonic() - applied:.1f} s after the apply: {condition['message']}"
+    )
     for _ in range(3):  # more passes: one Warning, and no replica written
         loop.run_pass(time.time() + 2)
     warnings = events(kube_cluster, namespace, "InvalidAutoscaling")
