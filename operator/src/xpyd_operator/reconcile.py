@@ -54,6 +54,11 @@ from xpyd_operator.core.status import (
 log = logging.getLogger(__name__)
 
 
+def _progressing(status: Mapping[str, Any]) -> bool:
+    """Whether the status says Progressing=True: work remains, so the caller polls quickly."""
+    return any(c["type"] == ConditionType.PROGRESSING and c["status"] == "True" for c in status["conditions"])
+
+
 @dataclass
 class Reconciler:
     kube: Kube
@@ -72,26 +77,54 @@ class Reconciler:
 
     def reconcile(self, body: Mapping[str, Any]) -> bool:
         """One pass; returns True while work is in progress (the caller then polls quickly)."""
-        try:
-            pdd = parse_pdd(dict(body))
-        except PDDSpecError as error:
-            self._report_blocked(body, Reason.INVALID_SPEC, str(error))
-            return False
-        if pdd.namespace in self.config.excluded_namespaces:
-            message = f"namespace {pdd.namespace} is excluded from this operator (XPYD_EXCLUDED_NAMESPACES)"
-            self._report_blocked(body, Reason.NAMESPACE_EXCLUDED, message)
+        pdd = self._admit(body)
+        if pdd is None:
             return False
         rejected = self._apply_owned(pdd)
         self._pending[pdd.uid] = list((body.get("status") or {}).get("pendingRestarts") or [])
         self._resume_restarts(pdd)
-        try:
-            instances = self._observe(pdd)
-        except ValueError as error:  # a corrupt record on a pod: guessing its step could repeat a step
-            self._report_blocked(body, Reason.INVALID_RECORD, str(error))
+        instances = self._observe_records(pdd, body)
+        if instances is None:
             return False
         hashes = {role: render.template_hash(pdd.spec, role) for role in Role}
+        actions = self._plan(pdd, instances, hashes)
+        rejected += self._act(pdd, actions)
+        if actions:
+            instances = self._observe(pdd)
+        status = self._status(pdd, body, instances, hashes, sorted(set(rejected)))
+        self._write_status(pdd, body, status)
+        self._report_unsupported_flags(pdd, status)
+        self._report_rejected(pdd, sorted(set(rejected)))
+        return bool(actions) or _progressing(status)
+
+    def _admit(self, body: Mapping[str, Any]) -> PDDeployment | None:
+        """The parsed object if this operator reconciles it; None after reporting why not (a spec it
+        cannot use, or an excluded namespace), which only a person can fix."""
+        try:
+            pdd = parse_pdd(dict(body))
+        except PDDSpecError as error:
+            self._report_blocked(body, Reason.INVALID_SPEC, str(error))
+            return None
+        if pdd.namespace in self.config.excluded_namespaces:
+            message = f"namespace {pdd.namespace} is excluded from this operator (XPYD_EXCLUDED_NAMESPACES)"
+            self._report_blocked(body, Reason.NAMESPACE_EXCLUDED, message)
+            return None
+        return pdd
+
+    def _observe_records(self, pdd: PDDeployment, body: Mapping[str, Any]) -> list[Instance] | None:
+        """The instances, or None after reporting a corrupt record on a pod: guessing its step could
+        repeat a step."""
+        try:
+            return self._observe(pdd)
+        except ValueError as error:
+            self._report_blocked(body, Reason.INVALID_RECORD, str(error))
+            return None
+
+    def _plan(self, pdd: PDDeployment, instances: list[Instance], hashes: Mapping[Role, str]) -> list[Action]:
+        """The pure plan's actions for this pass, from the instances and the loads and router pools it
+        needs read."""
         loads = self._read_loads(pdd, instances)
-        actions = plan(
+        return plan(
             PlanInput(
                 pdd.name,
                 pdd.spec,
@@ -104,19 +137,34 @@ class Reconciler:
                 self._router_listed(pdd, instances),
             )
         )
+
+    def _act(self, pdd: PDDeployment, actions: list[Action]) -> list[str]:
+        """Executes the actions in order; returns what the API server refused. A refused object or a
+        conflict (our view was stale: the next pass sees more) stops only its action; any other error
+        ends the pass."""
+        rejected = []
         for action in actions:
             try:
                 self._execute(pdd, action)
             except KubeError as error:
                 if error.rejected:
                     rejected.append(error.detail)
-                elif error.status == 409:  # a conflict means our view was stale: the next pass sees more
+                elif error.status == 409:
                     log.info("conflict on %s; retrying next pass", action)
                 else:
                     raise
-        if actions:
-            instances = self._observe(pdd)
-        status = compute_status(
+        return rejected
+
+    def _status(
+        self,
+        pdd: PDDeployment,
+        body: Mapping[str, Any],
+        instances: list[Instance],
+        hashes: Mapping[Role, str],
+        rejected: list[str],
+    ) -> dict[str, Any]:
+        """The operator's `.status` from what this pass observed, keeping the previous conditions' times."""
+        return compute_status(
             StatusInput(
                 generation=pdd.generation,
                 spec=pdd.spec,
@@ -125,17 +173,10 @@ class Reconciler:
                 router_ready_replicas=self.kube.router_ready_replicas(pdd.namespace, f"{pdd.name}-router"),
                 previous_conditions=(body.get("status") or {}).get("conditions") or [],
                 now=self.clock(),
-                rejected=sorted(set(rejected)),
+                rejected=rejected,
                 autoscaling_problem=autoscaling_problem(pdd.spec, body.get("status") or {}, pdd.generation),
             )
         )
-        self._write_status(pdd, body, status)
-        self._report_unsupported_flags(pdd, status)
-        self._report_rejected(pdd, sorted(set(rejected)))
-        progressing = any(
-            c["type"] == ConditionType.PROGRESSING and c["status"] == "True" for c in status["conditions"]
-        )
-        return bool(actions) or progressing
 
     def reconcile_latest(self, cached: Mapping[str, Any]) -> bool:
         """One pass on the object as the API server has it now, not as the watch last delivered it.
@@ -229,17 +270,35 @@ class Reconciler:
         service = render.router_service(pdd)
         owned = [render.role_service(pdd, role) for role in Role]
         rejected = []
-        account = pdd.spec.router.service_account_name
-        if deployment and account and account not in self.config.router_service_accounts:
-            allowed = ", ".join(self.config.router_service_accounts) or "none configured"
-            rejected.append(
-                f"spec.router.serviceAccountName={account!r} is not a router account this operator allows "
-                f"({allowed}); the router Deployment is not applied"
-            )
+        if deployment and (refusal := self._router_account_refusal(pdd)):
+            rejected.append(refusal)
         elif deployment:
             owned.append(deployment)
         if service:
             owned.append(service)
+        rejected += self._apply_each(owned)
+        if not (deployment and service):
+            self.kube.delete_router(pdd.namespace, f"{pdd.name}-router")
+        if not rejected:
+            self._applied[pdd.uid] = pdd.generation
+        return rejected
+
+    def _router_account_refusal(self, pdd: PDDeployment) -> str | None:
+        """Why the router Deployment is not applied: the router keeps its API token, so it runs only as
+        an account XPYD_ROUTER_SERVICE_ACCOUNTS lists; None if its account is allowed or unset."""
+        account = pdd.spec.router.service_account_name
+        if not account or account in self.config.router_service_accounts:
+            return None
+        allowed = ", ".join(self.config.router_service_accounts) or "none configured"
+        return (
+            f"spec.router.serviceAccountName={account!r} is not a router account this operator allows "
+            f"({allowed}); the router Deployment is not applied"
+        )
+
+    def _apply_each(self, owned: list[dict[str, Any]]) -> list[str]:
+        """Applies each object; returns the API server's refusals, so one refused object does not keep
+        the others from being applied. Any other error ends the pass."""
+        rejected = []
         for body in owned:
             try:
                 self.kube.apply(body)
@@ -247,10 +306,6 @@ class Reconciler:
                 if not error.rejected:
                     raise
                 rejected.append(error.detail)
-        if not (deployment and service):
-            self.kube.delete_router(pdd.namespace, f"{pdd.name}-router")
-        if not rejected:
-            self._applied[pdd.uid] = pdd.generation
         return rejected
 
     def _event(self, pdd: PDDeployment, reason: str, message: str, warning: bool = False) -> None:
