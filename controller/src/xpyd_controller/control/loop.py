@@ -208,29 +208,47 @@ class Controller:
         seen = set()
         invalid: dict[str, str] = {}  # uid → spec error, this pass
         for body in self.cluster.list_pdds():
-            try:
-                pdd = parse_pdd(body)
-            except PDDSpecError as error:  # the operator reports it (InvalidSpec); say it once here
-                metadata = body.get("metadata") or {}
-                uid = metadata.get("uid", "")
-                invalid[uid] = str(error)
-                if self._invalid.get(uid) != invalid[uid]:
-                    logger.warning(
-                        "skipping %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error
-                    )
-                continue
-            if pdd.spec.autoscaling.mode is AutoscalingMode.OFF:
+            pdd = self._parsed(body, invalid)
+            if pdd is None or pdd.spec.autoscaling.mode is AutoscalingMode.OFF:
                 continue
             seen.add(pdd.uid)
-            tracked = self._tracked.setdefault(pdd.uid, _Tracked(pdd.namespace, pdd.name))
-            if now < tracked.next_due or tracked.in_flight is not None:
-                continue
-            tracked.next_due = now + pdd.spec.autoscaling.interval_seconds
-            tracked.in_flight = self._executor.submit(self._decide_safely, pdd, body, tracked, now)
-        for uid in set(self._tracked) - seen:  # deleted, or autoscaling turned Off
-            gone = self._tracked.pop(uid)  # its windows start afresh if it comes back
-            self.telemetry.forget(gone.namespace, gone.name)  # no stale desired sizes on /metrics
+            self._start_if_due(pdd, body, now)
+        self._forget_all_but(seen)
         self._invalid = invalid
+        return self._finished(wait_s)
+
+    def _parsed(self, body: dict[str, Any], invalid: dict[str, str]) -> PDDeployment | None:
+        """The object's spec, or None if it is invalid: the operator reports that (InvalidSpec), so it
+        goes into `invalid` and is logged here only when its error changed since the last pass."""
+        try:
+            return parse_pdd(body)
+        except PDDSpecError as error:
+            metadata = body.get("metadata") or {}
+            uid = metadata.get("uid", "")
+            invalid[uid] = str(error)
+            if self._invalid.get(uid) != invalid[uid]:
+                logger.warning("skipping %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error)
+            return None
+
+    def _start_if_due(self, pdd: PDDeployment, body: dict[str, Any], now: float) -> None:
+        """Starts the object's decision on a worker once its interval has elapsed, unless one is still in
+        flight: one at a time per object, so a slow Prometheus delays only the objects using it."""
+        tracked = self._tracked.setdefault(pdd.uid, _Tracked(pdd.namespace, pdd.name))
+        if now < tracked.next_due or tracked.in_flight is not None:
+            return
+        tracked.next_due = now + pdd.spec.autoscaling.interval_seconds
+        tracked.in_flight = self._executor.submit(self._decide_safely, pdd, body, tracked, now)
+
+    def _forget_all_but(self, seen: set[str]) -> None:
+        """Forgets objects deleted or with autoscaling turned Off: their windows start afresh if they
+        come back, and /metrics keeps no stale desired sizes for them."""
+        for uid in set(self._tracked) - seen:
+            gone = self._tracked.pop(uid)
+            self.telemetry.forget(gone.namespace, gone.name)
+
+    def _finished(self, wait_s: float | None) -> list[DecisionRecord]:
+        """Waits up to `wait_s` (None: until all are done) for the decisions in flight, then collects
+        every finished one, freeing its object for its next decision."""
         running = [t.in_flight for t in self._tracked.values() if t.in_flight is not None]
         if running:
             wait_for(running, timeout=wait_s)
