@@ -81,6 +81,49 @@ def load_azure_csv(path: str | Path) -> Trace:
     return _assemble(source, times, prompts, outputs, [0] * len(times))
 
 
+def _mooncake_record(text: str, source: str, line: int) -> dict[str, object]:
+    """One line as a JSON object holding every required field; a bad line names its start and why."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TraceError(
+            "json", text.strip()[:60], f"invalid JSON ({error.msg})", source=source, line=line
+        ) from None
+    if not isinstance(record, dict):
+        raise TraceError("json", text.strip()[:60], "each line must be an object", source=source, line=line)
+    for field in MOONCAKE_FIELDS:
+        if field not in record:
+            raise TraceError(field, None, "missing", source=source, line=line)
+    return record
+
+
+def _mooncake_seconds(stamp: object, source: str, line: int) -> float:
+    """The arrival in seconds from Mooncake's milliseconds; a bool, a string or a non-finite number is
+    refused rather than read as a time."""
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not np.isfinite(stamp):
+        raise TraceError("timestamp", stamp, "must be a number of milliseconds", source=source, line=line)
+    return float(stamp) / 1000.0
+
+
+def _hash_ids(blocks: object, source: str, line: int) -> list[int]:
+    """The request's prompt block hashes (none if absent): a list of integers, bools refused."""
+    if not isinstance(blocks, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) for b in blocks
+    ):
+        raise TraceError("hash_ids", blocks, "must be a list of integers", source=source, line=line)
+    return blocks
+
+
+def _cached_blocks(blocks: list[int], seen: set[int]) -> int:
+    """How many of the leading blocks an unbounded shared cache already holds (a prefix hit stops at the
+    first block not seen); the request's blocks are then cached for the requests after it."""
+    cached = 0
+    while cached < len(blocks) and blocks[cached] in seen:
+        cached += 1
+    seen.update(blocks)
+    return cached
+
+
 def load_mooncake_jsonl(path: str | Path, *, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
     """Mooncake trace (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
 
@@ -97,33 +140,11 @@ def load_mooncake_jsonl(path: str | Path, *, block_tokens: int = MOONCAKE_BLOCK_
     for line, text in enumerate(_open_lines(Path(path)), start=1):
         if not text.strip():
             continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise TraceError(
-                "json", text.strip()[:60], f"invalid JSON ({error.msg})", source=source, line=line
-            ) from None
-        if not isinstance(record, dict):
-            raise TraceError(
-                "json", text.strip()[:60], "each line must be an object", source=source, line=line
-            )
-        for field in MOONCAKE_FIELDS:
-            if field not in record:
-                raise TraceError(field, None, "missing", source=source, line=line)
-        stamp = record["timestamp"]
-        if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not np.isfinite(stamp):
-            raise TraceError("timestamp", stamp, "must be a number of milliseconds", source=source, line=line)
+        record = _mooncake_record(text, source, line)
+        arrival = _mooncake_seconds(record["timestamp"], source, line)
         prompt = _positive_int(record["input_length"], "input_length", source, line)
-        blocks = record.get("hash_ids", [])
-        if not isinstance(blocks, list) or not all(
-            isinstance(b, int) and not isinstance(b, bool) for b in blocks
-        ):
-            raise TraceError("hash_ids", blocks, "must be a list of integers", source=source, line=line)
-        cached = 0
-        while cached < len(blocks) and blocks[cached] in seen:
-            cached += 1
-        seen.update(blocks)
-        times.append(float(stamp) / 1000.0)
+        cached = _cached_blocks(_hash_ids(record.get("hash_ids", []), source, line), seen)
+        times.append(arrival)
         prompts.append(prompt)
         outputs.append(_positive_int(record["output_length"], "output_length", source, line))
         hits.append(min(cached * block_tokens, prompt - 1))
