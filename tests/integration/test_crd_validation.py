@@ -93,6 +93,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "the model's architecture: it needs spec.model.preset, or spec.model.params, layers, kvHeads and headDim",
     ),
     (
+        "a GPU budget below the minimum pools",
+        manifest(
+            prefill={"minReplicas": 2, "replicas": 2}, decode={"minReplicas": 1}, autoscaling={"gpuBudget": 2}
+        ),
+        "spec.autoscaling.gpuBudget must cover the minimum pools",
+    ),
+    (
         "autoscaling with part of a model's shape",
         manifest(
             model={"name": "m", "params": 8e9, "layers": 32, "kvHeads": 8},

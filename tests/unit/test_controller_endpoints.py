@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from xpyd_controller.adapters.prometheus import resolve_host
-from xpyd_controller.control.endpoints import resolved_problem, url_problem
+from xpyd_controller.control.endpoints import resolved_problem, url_host, url_problem
 
 ALLOWED = [
     "http://prometheus.monitoring.svc:9090",
@@ -75,3 +79,14 @@ def test_numeric_names_the_system_resolver_turns_into_metadata_addresses_are_ref
 def test_ordinary_resolved_addresses_pass() -> None:
     assert resolved_problem("http://localhost:9090", resolve_host("localhost")) is None
     assert resolved_problem("http://prom:9090", []) is None  # unresolvable: the query fails and says so
+
+
+def test_the_crd_admits_exactly_the_urls_the_controller_can_read() -> None:
+    crd = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "crds" / "pddeployments.xpyd.dev.yaml").read_text()
+    )
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    pattern = spec["properties"]["autoscaling"]["properties"]["prometheus"]["properties"]["url"]["pattern"]
+    odd = ["http://a]b[:9", "http://a:b:c", "http://[zz]:1", "http://h:123456", "http://h:/", "http://[::1]x"]
+    for url in [*ALLOWED, *(url for url, _ in REFUSED), *odd]:
+        assert (re.fullmatch(pattern, url) is not None) == (url_host(url) is not None), url
