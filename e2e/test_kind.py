@@ -154,7 +154,8 @@ class Prometheus:
 
 def _prometheus_config(workload_namespace: str) -> dict[str, Any]:
     """Scrape the workload namespace's instance and router pods as prometheus-operator does for the
-    chart's PodMonitors (in-cluster discovery), and the xpyd controller's /metrics."""
+    chart's PodMonitors (in-cluster discovery), and the xpyd controller's /metrics as the chart's
+    ServiceMonitor does: HTTPS (its self-signed certificate) with Prometheus's ServiceAccount token."""
     config = pod_monitor_scrape_config(list(chart_pod_monitors().values()), None, workload_namespace)
     controller = [
         {
@@ -173,6 +174,9 @@ def _prometheus_config(workload_namespace: str) -> dict[str, Any]:
             "job_name": "xpyd-controller",
             "kubernetes_sd_configs": [{"role": "pod"}],
             "relabel_configs": controller,
+            "scheme": "https",
+            "tls_config": {"insecure_skip_verify": True},
+            "authorization": {"credentials_file": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
         }
     )
     return config
@@ -288,7 +292,8 @@ def installed(kube_cluster: LocalCluster, api_proxy: ApiProxy) -> Iterator[Insta
     suffix = uuid.uuid4().hex[:6]
     release, release_ns, workload_ns = f"x{suffix}", f"xpyd-{suffix}", f"w-{suffix}"
     _advertise_gpus(kube_cluster)
-    prometheus = _deploy_prometheus(kube_cluster, api_proxy, f"mon-{suffix}", workload_ns)
+    monitoring = f"mon-{suffix}"
+    prometheus = _deploy_prometheus(kube_cluster, api_proxy, monitoring, workload_ns)
     _restricted_namespace(kube_cluster, release_ns)
     kube_cluster.kubectl("create", "namespace", workload_ns)
     repository, _, tag = _image(XPYD_IMAGE_ENV).rpartition(":")
@@ -296,6 +301,10 @@ def installed(kube_cluster: LocalCluster, api_proxy: ApiProxy) -> Iterator[Insta
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "routerAccess": {"enabled": True, "namespaces": [workload_ns]},
         "operator": {"settings": {"resyncSeconds": 2, "activePollSeconds": 0.5}},
+        # Prometheus reads the controller's /metrics with its token: bound to the chart's metrics-reader
+        "controller": {
+            "metricsReaders": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": monitoring}]
+        },
     }
     install = ["install", release, str(CHART_DIR), "-n", release_ns, "--wait", "--timeout=240s"]
     installed = helm(*install, values=values, env=kube_cluster.env())
