@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from e2e.harness.loopback import exposition_handler, loopback_server
+from urllib3.connection import HTTPConnection
 
-from xpyd_controller.adapters.prometheus import resolve_host
+from xpyd_controller.adapters import prometheus
+from xpyd_controller.adapters.prometheus import RefusedPeerError, checked_peer, resolve_host
 from xpyd_controller.control.endpoints import resolved_problem, url_host, url_problem
 
 ALLOWED = [
@@ -90,3 +93,52 @@ def test_the_crd_admits_exactly_the_urls_the_controller_can_read() -> None:
     odd = ["http://a]b[:9", "http://a:b:c", "http://[zz]:1", "http://h:123456", "http://h:/", "http://[::1]x"]
     for url in [*ALLOWED, *(url for url, _ in REFUSED), *odd]:
         assert (re.fullmatch(pattern, url) is not None) == (url_host(url) is not None), url
+
+
+class PeerAt:
+    """A connected socket's stand-in: where it reached, and whether it was closed."""
+
+    def __init__(self, address: str) -> None:
+        self.address, self.closed = address, False
+
+    def getpeername(self) -> tuple[str, int]:
+        return self.address, 9090
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_connection_that_reaches_a_refused_address_is_closed_whatever_name_led_there() -> None:
+    connection = HTTPConnection("prometheus.tenant.example", 9090)
+    fine = PeerAt("10.0.0.9")
+    assert checked_peer(connection, fine) is fine and not fine.closed  # type: ignore[arg-type]
+    reached = {
+        "169.254.169.254": "169.254.169.254",
+        "fe80::1": "fe80::1",
+        "::ffff:169.254.169.254": "169.254.169.254",
+    }
+    for address, shown in reached.items():
+        sock = PeerAt(address)
+        with pytest.raises(RefusedPeerError, match=re.escape(f"prometheus.tenant.example reached {shown}, ")):
+            checked_peer(connection, sock)  # type: ignore[arg-type]
+        assert sock.closed
+
+
+def test_the_prometheus_adapter_checks_the_peer_of_every_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that resolved to an allowed address at the decision's check and to a refused one when the
+    query connects (DNS rebinding): the query is not sent, and the status says why."""
+    answered = []
+    with loopback_server(exposition_handler(lambda: answered.append(1) or "")) as address:
+        monkeypatch.setattr(
+            prometheus,
+            "refused_address",
+            lambda text: (text, "refused here") if text == "127.0.0.1" else None,
+        )
+        source = prometheus.PrometheusSource(f"http://{address}", resolve=lambda host: ["10.0.0.9"])
+        assert source.addresses() == ["10.0.0.9"]
+        assert source.query_all({"q": "up"}) == {"q": None}
+    assert answered == []
+    assert (
+        source.last_error
+        == f"Prometheus at http://{address} unreachable: refused: 127.0.0.1 reached 127.0.0.1, refused here"
+    )
