@@ -12,6 +12,7 @@ import yaml
 from e2e.harness.cluster import LocalCluster
 from tests.integration.pdd import ROOT, manifest, spec_schema
 
+from xpyd_api.errors import InputError
 from xpyd_api.models import parse_pdd
 from xpyd_controller.control.endpoints import METADATA_ADDRESSES, METADATA_NAMES
 
@@ -124,6 +125,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
             conversion={"switchMethod": "Routing"},
         ),
         "needs instances that serve both roles: vLLM with kvConnector NixlConnector",
+    ),
+    (
+        "sglang http switch on a transfer backend that cannot switch",
+        manifest(engine={"image": "s:1", "type": "sglang", "kvConnector": "nixl"}),
+        "spec.engine.kvConnector: Invalid value: spec.engine.kvConnector: SGLang switches roles over "
+        "HTTP (/pd_role_switch) only with the mooncake or mori transfer backend",
     ),
     (
         "vllm connector that vllm-router does not speak",
@@ -477,3 +484,53 @@ def test_autoscaling_with_a_model_to_size_with_is_admitted(
     body = manifest(model=model, autoscaling={"mode": "Advisory", "prometheus": {"url": "http://prom:9090"}})
     result = server_create(kube_cluster, namespace, body)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("engine", "conversion", "args"),
+    [
+        ({"kvConnector": "mori"}, {"switchMethod": "HTTP"}, ["--dp-size", "1", "--ep-size=1"]),
+        ({}, {}, ["--tp-size", "8", "--pp-size", "01"]),
+        ({"kvConnector": "nixl"}, {"switchMethod": "Restart"}, ["--dp-size", "4", "--enable-dp-attention"]),
+        ({"kvConnector": "nixl"}, {"enabled": False}, ["--ep-size=8"]),
+    ],
+    ids=["mori-parallelism-1", "mooncake-default-tp8", "restart-switch", "no-conversion"],
+)
+def test_sglang_specs_the_http_switch_allows_or_does_not_use_are_admitted(
+    kube_cluster: LocalCluster,
+    namespace: str,
+    engine: dict[str, Any],
+    conversion: dict[str, Any],
+    args: list[str],
+) -> None:
+    body = manifest(
+        engine={"image": "s:1", "type": "sglang", **engine}, conversion=conversion, prefill={"args": args}
+    )
+    result = server_create(kube_cluster, namespace, body)
+    assert result.returncode == 0, result.stderr
+    parse_pdd(json.loads(result.stdout))  # the operator takes what the API server admits
+
+
+@pytest.mark.parametrize(
+    ("engine", "where", "found"),
+    [
+        ({}, ("prefill", ["--dp-size", "2"]), "'--dp-size 2'"),
+        ({"args": ["--ep-size=8"]}, ("prefill", []), "'--ep-size 8'"),
+        ({}, ("decode", ["--pp-size", "4", "--pp-size", "1"]), "'--pp-size 4'"),
+        ({}, ("decode", ["--enable-dp-attention"]), "'--enable-dp-attention'"),
+    ],
+    ids=["dp", "ep-in-shared-args", "pp-given-twice", "dp-attention"],
+)
+def test_sglang_parallelism_the_http_switch_refuses_is_invalid_naming_the_field(
+    kube_cluster: LocalCluster,
+    namespace: str,
+    engine: dict[str, Any],
+    where: tuple[str, list[str]],
+    found: str,
+) -> None:
+    role, args = where
+    body = manifest(engine={"image": "s:1", "type": "sglang", **engine}, **{role: {"args": args}})
+    admitted = server_create(kube_cluster, namespace, body)  # over CEL's cost budget to scan: admitted
+    assert admitted.returncode == 0, admitted.stderr
+    with pytest.raises(InputError, match=rf"spec\.{role}\.args \({found}, with spec\.engine\.args\): SGLang"):
+        parse_pdd(json.loads(admitted.stdout))

@@ -137,3 +137,21 @@ def test_engines_that_switch_in_place_by_http_name_the_protocol() -> None:
 
 def test_the_standin_is_started_as_a_python_module() -> None:
     assert engines.STANDIN_COMMAND[-2:] == ("-m", engines.STANDIN_MODULE)
+
+
+@pytest.mark.parametrize(
+    ("args", "found"),
+    [
+        ([], None),
+        (["--tp-size", "8", "--dp-size", "1", "--ep-size=01"], None),
+        (["--dp-size", "2"], "--dp-size 2"),
+        (["--data-parallel-size=4"], "--data-parallel-size 4"),
+        (["--ep", "8"], "--ep 8"),
+        (["--pp-size", "2", "--pp-size", "1"], "--pp-size 2"),  # each place is read, not only the last
+        (["--pp-size"], "--pp-size"),  # no value: refused, the engine would refuse it too
+        (["--enable-dp-attention"], "--enable-dp-attention"),
+        (["--dp-sizes", "4", "--tp", "2"], None),  # other flags are not parallelism
+    ],
+)
+def test_sglang_parallelism_beyond_one_names_the_setting(args: list[str], found: str | None) -> None:
+    assert engines.parallelism_beyond_one(args) == found

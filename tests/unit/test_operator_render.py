@@ -70,10 +70,11 @@ def test_other_vllm_connectors_get_no_nixl_lease() -> None:
 def test_sglang_disaggregation_flags(
     conversion: dict[str, str], role: Role, mode: str, switch_flag: bool
 ) -> None:
-    spec = make_pdd(engine={"type": "sglang", "kvConnector": "nixl"}, conversion=conversion).spec
+    backend = "mori" if switch_flag else "nixl"  # the HTTP switch needs a backend that can switch
+    spec = make_pdd(engine={"type": "sglang", "kvConnector": backend}, conversion=conversion).spec
     args = render.engine_role_args(spec, role)
     assert flag(args, "--disaggregation-mode") == mode
-    assert flag(args, "--disaggregation-transfer-backend") == "nixl"
+    assert flag(args, "--disaggregation-transfer-backend") == backend
     assert ("--enable-pd-role-switch" in args) is switch_flag
 
 

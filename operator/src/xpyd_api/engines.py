@@ -164,6 +164,41 @@ NIXL_EXTRA_CONFIG = "kv_connector_extra_config"
 NIXL_KV_LEASE = "kv_lease_duration"
 NIXL_DEFAULT_KV_LEASE_S = 30.0  # vLLM 0.32's, when kv_lease_duration is not given
 SGLANG_DEFAULT_TRANSFER_BACKEND = "mooncake"
+# What SGLang's `/pd_role_switch` can switch: the transfer backends whose KV manager supports a runtime
+# role switch (the rest answer 400), and one data-, expert- and pipeline-parallel rank (its server
+# refuses --enable-pd-role-switch with more, and with DP attention).
+SGLANG_ROLE_SWITCH_BACKENDS = ("mooncake", "mori")
+SGLANG_PARALLEL_FLAGS = (
+    "--data-parallel-size",
+    "--dp-size",
+    "--dp",
+    "--expert-parallel-size",
+    "--ep-size",
+    "--ep",
+    "--pipeline-parallel-size",
+    "--pp-size",
+    "--pp",
+)
+SGLANG_DP_ATTENTION_FLAG = "--enable-dp-attention"
+
+
+def parallelism_beyond_one(args: Sequence[str]) -> str | None:
+    """The first data/expert/pipeline-parallel setting above 1 in SGLang arguments (as written), else None.
+
+    A flag's value is the token after it or after its `=`; a flag given twice is read at each place,
+    so a later 1 does not hide an earlier 2 (refusing what the engine might accept is the safe side)."""
+    for index, arg in enumerate(args):
+        if arg == SGLANG_DP_ATTENTION_FLAG:
+            return arg
+        flag, equals, value = arg.partition("=")
+        if flag not in SGLANG_PARALLEL_FLAGS:
+            continue
+        if not equals:
+            value = args[index + 1] if index + 1 < len(args) else ""
+        if value.lstrip("0") != "1":
+            return f"{flag} {value}".rstrip()
+    return None
+
 
 # Flags a Degraded message explains (FLAG_PURPOSES) when an engine image rejects them.
 KV_TRANSFER_CONFIG_FLAG = "--kv-transfer-config"

@@ -14,7 +14,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from xpyd_api.engines import NIXL_CONNECTOR, NIXL_DEFAULT_KV_LEASE_S, ROLE_SWITCH, EngineType
+from xpyd_api.engines import (
+    NIXL_CONNECTOR,
+    NIXL_DEFAULT_KV_LEASE_S,
+    ROLE_SWITCH,
+    SGLANG_DEFAULT_TRANSFER_BACKEND,
+    SGLANG_ROLE_SWITCH_BACKENDS,
+    EngineType,
+    parallelism_beyond_one,
+)
 from xpyd_api.errors import InputError
 from xpyd_api.names import Role
 
@@ -257,6 +265,33 @@ class PDDeploymentSpec(_Model):
             raise ValueError(f"spec.router.image is required for spec.router.type={self.router.type}")
         if self.rollout.max_surge == 0 and self.rollout.max_unavailable == 0:
             raise ValueError("spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0")
+        return self
+
+    @model_validator(mode="after")
+    def _sglang_switch_rules(self) -> PDDeploymentSpec:
+        """What SGLang's HTTP role switch cannot switch. The API server refuses the transfer backend
+        (CEL); the parallelism in the arguments is checked here, as a CEL rule scanning both argument
+        lists is over the API server's cost budget."""
+        if not (
+            self.conversion.enabled
+            and self.engine.type is EngineType.SGLANG
+            and self.switch_method is SwitchMethod.HTTP
+        ):
+            return self
+        backend = self.engine.kv_connector or SGLANG_DEFAULT_TRANSFER_BACKEND
+        if backend not in SGLANG_ROLE_SWITCH_BACKENDS:
+            raise ValueError(
+                f"spec.engine.kvConnector={backend!r}: SGLang switches roles over HTTP (/pd_role_switch) only "
+                f"with the {' or '.join(SGLANG_ROLE_SWITCH_BACKENDS)} transfer backend; use switchMethod Restart"
+            )
+        for role in Role:
+            found = parallelism_beyond_one((*self.engine.args, *self.pool(role).args))
+            if found:
+                raise ValueError(
+                    f"spec.{role}.args ({found!r}, with spec.engine.args): SGLang switches roles over HTTP "
+                    "(/pd_role_switch) only with data, expert and pipeline parallelism of 1 and no DP "
+                    "attention; use switchMethod Restart"
+                )
         return self
 
     def pool(self, role: Role) -> PoolSpec:
