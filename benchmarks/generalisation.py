@@ -48,9 +48,13 @@ import generated_traffic as gt
 import real_dynamo
 from autoscaling import Outcome
 from bench_docs import publish_blocks
+from xpyd_controller.policy.context import PolicyConfigError
 from xpyd_controller.policy.limits import clamp
-from xpyd_controller.policy.types import Limits
+from xpyd_controller.policy.types import Limits, Policy
+from xpyd_controller.sim.config import SimConfig
 from xpyd_controller.sim.oracles import plan_windows
+from xpyd_controller.sim.policies import build_policy
+from xpyd_controller.sim.traces.records import Trace
 
 BLOCK = "generalisation.py"
 GOODPUT_TARGET = 0.99
@@ -228,15 +232,19 @@ def simulated(
 HEADLINE = ("goodput", "gpu_hours", "ttft_p99", "tpot_p99", "scale_ups", "conversions")
 
 
-def policy_row(gen: gt.GenScenario, name: str, seed: int) -> dict[str, float]:
+def policy_row(
+    gen: gt.GenScenario, name: str, seed: int, knobs: tuple[tuple[str, float], ...] = ()
+) -> dict[str, float]:
+    """One policy's run; `knobs` (xpyd's) over its defaults, part of the cached outcome's key."""
     limits = gen.scenario.limits
-    metrics = simulated(
-        gen,
-        seed,
-        name,
-        f"policy {name}",
-        lambda: gt.measure(gen, seed, lambda c, t: autoscaling.benchmark_policy(name, c, t, limits)),
-    )
+
+    def make(config: SimConfig, trace: Trace) -> Policy:
+        if knobs:
+            return build_policy(name, config, trace, dict(knobs))
+        return autoscaling.benchmark_policy(name, config, trace, limits)
+
+    what = f"policy {name}" + "".join(f" {k}={v!r}" for k, v in knobs)
+    metrics = simulated(gen, seed, name, what, lambda: gt.measure(gen, seed, make))
     return {k: metrics[k] for k in HEADLINE}
 
 
@@ -345,6 +353,7 @@ class Job:
     gen: gt.GenScenario
     row: str
     seed: int
+    knobs: tuple[tuple[str, float], ...] = ()  # xpyd's, for its row only
 
 
 def run_job(job: Job) -> Outcome:
@@ -354,7 +363,7 @@ def run_job(job: Job) -> Outcome:
     elif job.row == "hindsight":
         metrics = hindsight_row(job.gen, job.seed)
     else:
-        metrics = policy_row(job.gen, job.row, job.seed)
+        metrics = policy_row(job.gen, job.row, job.seed, job.knobs if job.row == "xpyd" else ())
     return Outcome(job.gen.name, job.row, job.seed, metrics, time.perf_counter() - started)
 
 
@@ -603,13 +612,25 @@ def main() -> int:
     parser.add_argument("--policies", nargs="*", help="rows to run (policies and references)")
     parser.add_argument("--list", action="store_true", help="print the scenarios and exit")
     parser.add_argument("--write", action="store_true", help="write the table into docs/BENCHMARKS.md")
+    parser.add_argument(
+        "--xpyd-knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an xpyd knob over its default (docs/tuning.md), to measure a variant; not with --write",
+    )
     args = parser.parse_args()
+    knobs = tuple(_knob(parser, text) for text in args.xpyd_knob)
+    if knobs and args.write:
+        parser.error("--xpyd-knob measures a variant: the table in docs/BENCHMARKS.md is the defaults'")
     gens = select(gt.generate(args.master_seed), args.scenarios, args.limit)
     if args.list:
         print("\n".join(scenario_lines(gens)))
         return 0
     if not gens:
         parser.error("no scenario matches --scenarios")
+    if knobs:
+        _check_knobs(parser, gens[0], knobs)
     available = [
         *REFERENCE_ROWS,
         *(r for r in POLICY_ROWS if r not in real_dynamo.NAMES or real_dynamo.available()),
@@ -618,11 +639,29 @@ def main() -> int:
     seeds = range(1, args.seeds + 1)
     # The searches first: they are the longest jobs, and the pool then ends on short ones.
     order = sorted(rows, key=lambda r: (r != "fixed-split", r != "hindsight"))
-    jobs = [Job(gen, row, seed) for row in order for gen in gens for seed in seeds]
+    jobs = [Job(gen, row, seed, knobs) for row in order for gen in gens for seed in seeds]
     started = time.perf_counter()
     outcomes = autoscaling.run_all(run_job, jobs, args.jobs)
     text = markdown(outcomes, gens, rows, args, time.perf_counter() - started)
     return publish_blocks({BLOCK: text}, args.write)
+
+
+def _knob(parser: argparse.ArgumentParser, text: str) -> tuple[str, float]:
+    name, _, value = text.partition("=")
+    try:
+        return name, float(value)
+    except ValueError:
+        parser.error(f"--xpyd-knob {text}: NAME=VALUE with a number, e.g. down_window_s=600")
+
+
+def _check_knobs(
+    parser: argparse.ArgumentParser, gen: gt.GenScenario, knobs: tuple[tuple[str, float], ...]
+) -> None:
+    """A bad knob is a usage error here, not a failure in every worker."""
+    try:
+        build_policy("xpyd", gen.scenario.config, gen.trace(1), dict(knobs))
+    except PolicyConfigError as error:
+        parser.error(f"--xpyd-knob: {error}")
 
 
 if __name__ == "__main__":
