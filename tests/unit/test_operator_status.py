@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 from tests.unit.operator_builders import HASHES, NOW, D, P, convert, make_instance, make_spec
 
 from xpyd_api.instances import Instance, rejected_flags
-from xpyd_operator.core.status import StatusInput, autoscaling_problem, blocked_conditions, compute_status
+from xpyd_operator.core.status import (
+    StatusInput,
+    autoscaling_problem,
+    blocked_conditions,
+    compute_status,
+    unsupported_flags_message,
+)
 
 
 def status_of(
@@ -128,6 +135,37 @@ def test_rejected_flags_are_read_from_the_termination_message() -> None:
     status = {"containerStatuses": [{"state": {"terminated": {"message": message}}}]}
     assert rejected_flags(status) == ("--new-flag", "--other")
     assert rejected_flags({"containerStatuses": [{"state": {"running": {}}}]}) == ()
+
+
+@pytest.mark.parametrize(
+    ("message", "flags"),
+    [
+        # vLLM 0.32's exit on a kv_role it does not take (measured with an unknown role), as a release
+        # that refused kv_both would exit
+        (
+            "vllm serve: error: argument --kv-transfer-config: 1 validation error for KVTransferConfig\n"
+            "kv_role\n  Input should be 'kv_producer', 'kv_both' or 'kv_consumer'\n",
+            ("--kv-transfer-config",),
+        ),
+        ("launch_server: error: argument --tp/--tp-size: invalid int value: 'x'\n", ("--tp-size",)),
+        ("error: unrecognized arguments: --a\nerror: argument --a: refused\n", ("--a",)),
+        ("ValueError: argument must be positive\n", ()),
+    ],
+    ids=["kv-role-refused", "alias-value", "once-each", "not-argparse"],
+)
+def test_a_value_a_known_flag_refuses_names_the_flag(message: str, flags: tuple[str, ...]) -> None:
+    status = {"containerStatuses": [{"lastState": {"terminated": {"message": message}}}]}
+    assert rejected_flags(status) == flags
+
+
+def test_a_refused_kv_role_says_which_switch_method_renders_which() -> None:
+    instance = dataclasses.replace(READY_PAIR[0], rejected_flags=("--kv-transfer-config",))
+    message = unsupported_flags_message("vllm:next", [instance])
+    assert message is not None
+    assert "does not accept --kv-transfer-config" in message
+    assert (
+        "kv_both under spec.conversion.switchMethod Routing, kv_producer/kv_consumer under Restart" in message
+    )
 
 
 def test_a_router_measured_to_ignore_labels_degrades_a_converting_deployment() -> None:

@@ -273,7 +273,10 @@ FLAG_PURPOSES: Mapping[str, str] = {
     ROLE_SWITCH_FLAG: "spec.conversion.switchMethod HTTP needs it",
     SGLANG_METRICS_FLAGS[0]: "rendered for the autoscaler's metrics (SGLang /metrics)",
     SGLANG_METRICS_FLAGS[1]: "rendered for the autoscaler's prompt and output length quantiles",
-    KV_TRANSFER_CONFIG_FLAG: "rendered for prefill/decode KV transfer (spec.engine.kvConnector)",
+    KV_TRANSFER_CONFIG_FLAG: (
+        "rendered for prefill/decode KV transfer (spec.engine.kvConnector); its kv_role is kv_both "
+        "under spec.conversion.switchMethod Routing, kv_producer/kv_consumer under Restart"
+    ),
     DISAGGREGATION_MODE_FLAG: "rendered for prefill/decode disaggregation",
     TRANSFER_BACKEND_FLAG: "rendered for KV transfer (spec.engine.kvConnector)",
 }

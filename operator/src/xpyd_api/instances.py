@@ -162,21 +162,27 @@ def _epoch(timestamp: str | None) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-# argparse's exit message (vLLM and SGLang both parse their flags with it).
+# argparse's exit messages (vLLM and SGLang both parse their flags with it): a flag it does not know,
+# and a value a known flag refuses (`argument -tp/--tensor-parallel-size: invalid int value`, or vLLM's
+# `argument --kv-transfer-config: 1 validation error for KVTransferConfig`, as a kv_role it no longer
+# takes would be refused).
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: ([^\n]+)")
+_REFUSED_VALUE = re.compile(r"error: argument (-{1,2}[\w.-]+(?:/-{1,2}[\w.-]+)*): ")
 
 
 def rejected_flags(status: dict[str, Any]) -> tuple[str, ...]:
-    """Flags a container exited on as unrecognized, from its termination message (the pod template asks
-    for the log tail there); empty when none did."""
+    """Flags a container exited on, as unrecognized or for a value it refused, from its termination
+    message (the pod template asks for the log tail there); empty when none did. Of a flag's aliases
+    the last (argparse lists the long form last) names it."""
     flags: list[str] = []
     for container in status.get("containerStatuses") or []:
         for state in (container.get("state") or {}, container.get("lastState") or {}):
             message = (state.get("terminated") or {}).get("message") or ""
-            for match in _UNRECOGNIZED.finditer(message):
-                flags += [
-                    word for word in match.group(1).split() if word.startswith("-") and word not in flags
-                ]
+            found = [
+                w for m in _UNRECOGNIZED.finditer(message) for w in m.group(1).split() if w.startswith("-")
+            ]
+            found += [m.group(1).split("/")[-1] for m in _REFUSED_VALUE.finditer(message)]
+            flags += [flag for flag in dict.fromkeys(found) if flag not in flags]
     return tuple(flags)
 
 
