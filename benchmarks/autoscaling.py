@@ -22,7 +22,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -107,11 +107,14 @@ class Outcome:
     wall_s: float
 
 
-def benchmark_policy(name: str, config: SimConfig, trace: Trace, limits: Limits) -> Policy:
-    """A registered policy or oracle by name, or Dynamo's own planner (`real_dynamo.NAMES`)."""
+def benchmark_policy(
+    name: str, config: SimConfig, trace: Trace, limits: Limits, knobs: Mapping[str, float] | None = None
+) -> Policy:
+    """A registered policy or oracle by name (`knobs` over its defaults), or Dynamo's own planner
+    (`real_dynamo.NAMES`)."""
     if name in real_dynamo.NAMES:
         return real_dynamo.make_real_dynamo(name, config, limits)
-    return build_policy(name, config, trace)
+    return build_policy(name, config, trace, knobs)
 
 
 def benchmark_policy_names() -> tuple[str, ...]:

@@ -53,7 +53,6 @@ from xpyd_controller.policy.limits import clamp
 from xpyd_controller.policy.types import Limits, Policy
 from xpyd_controller.sim.config import SimConfig
 from xpyd_controller.sim.oracles import plan_windows
-from xpyd_controller.sim.policies import build_policy
 from xpyd_controller.sim.traces.records import Trace
 
 BLOCK = "generalisation.py"
@@ -239,9 +238,7 @@ def policy_row(
     limits = gen.scenario.limits
 
     def make(config: SimConfig, trace: Trace) -> Policy:
-        if knobs:
-            return build_policy(name, config, trace, dict(knobs))
-        return autoscaling.benchmark_policy(name, config, trace, limits)
+        return autoscaling.benchmark_policy(name, config, trace, limits, dict(knobs))
 
     what = f"policy {name}" + "".join(f" {k}={v!r}" for k, v in knobs)
     metrics = simulated(gen, seed, name, what, lambda: gt.measure(gen, seed, make))
@@ -659,7 +656,9 @@ def _check_knobs(
 ) -> None:
     """A bad knob is a usage error here, not a failure in every worker."""
     try:
-        build_policy("xpyd", gen.scenario.config, gen.trace(1), dict(knobs))
+        autoscaling.benchmark_policy(
+            "xpyd", gen.scenario.config, gen.trace(1), gen.scenario.limits, dict(knobs)
+        )
     except PolicyConfigError as error:
         parser.error(f"--xpyd-knob: {error}")
 
