@@ -124,7 +124,9 @@ class XpydPolicy:
             limits,
             settle_s=self.config.down_window_s,  # the HPA's first recommendation: the replicas it finds
         )
-        decided, released = self._release(pools, need, demand, limits, (recommended, layered))
+        decided, released = self._release(
+            pools, need, demand, limits, recommended=recommended, layered=layered
+        )
         self._demand.lead_times.asked(observation.time_s, pools.supply, decided)
         if demand.rise > 0 or demand.prefill_rise > 0:
             reasons.append("SizedForForecastLoad")
@@ -166,12 +168,14 @@ class XpydPolicy:
         need: Need,
         demand: Demand,
         limits: Limits,
-        asked: tuple[Sequence[int], Layered],
+        *,
+        recommended: Sequence[int],
+        layered: Layered,
     ) -> tuple[tuple[int, int], str]:
         """The layered sizes after a shrinking pool gives instances to a growing one for conversion
         (same instance shape, full lengths only: what the GPU budget denied the growing pool is what
         it may take), and the reason when it did."""
-        ctx, (recommended, layered) = self.context, asked
+        ctx = self.context
         decided = [layered.prefill, layered.decode]
         if ctx.prefill_gpus_per_instance != ctx.decode_gpus_per_instance or demand.partial:
             return (decided[0], decided[1]), ""
