@@ -144,6 +144,24 @@ def test_a_window_that_began_with_work_already_late_teaches_the_correction_nothi
     assert burst.details["prefill_correction"] > 1.1
 
 
+def test_a_window_whose_load_stepped_teaches_the_correction_nothing() -> None:
+    """A return from a lull or a crowd queues requests within the window that its mean rate does not
+    explain; the same TTFT at a steady rate does teach."""
+    ready = model_plan(20.0)[0]
+    stepping = policy(calibration_s=60)
+    for step in range(12):
+        rate = 20.0 if step % 2 else 8.0  # 2.5x from one window to the next, and back
+        stepped = stepping.decide(
+            observe(step * 15.0, ready, 9, ttft_p90_s=0.59, arrival_rate=rate), Limits()
+        )
+    assert stepped.details["prefill_correction"] == 1.0
+    steady = policy(calibration_s=60)
+    for step in range(12):
+        rate = 20.0 if step % 2 else 16.0  # within 1.5x: noise, not a step
+        kept = steady.decide(observe(step * 15.0, ready, 9, ttft_p90_s=0.59, arrival_rate=rate), Limits())
+    assert kept.details["prefill_correction"] > 1.1
+
+
 def test_decode_full_at_fewer_sessions_than_the_model_holds_lowers_its_kv_room() -> None:
     scaler = policy(calibration_s=60)
     first = scaler.decide(observe(0, X, Y, decode_running=Y * 10.0, decode_kv_usage=0.2), Limits())
@@ -313,15 +331,19 @@ def test_release_for_conversion_gives_only_the_surplus_above_keep_and_meets_trim
 def test_under_a_budget_the_pool_short_now_goes_first() -> None:
     pools = Pools((2, 3), (False, False))
     cases = [
-        ((True, False), Limits(gpu_budget=8), [5, 5], [5, 3], "DecodeGrowthYieldsToPressure"),
-        ((False, True), Limits(gpu_budget=8), [5, 5], [2, 5], "PrefillGrowthYieldsToPressure"),
+        ((True, False), Limits(gpu_budget=7), [5, 5], [5, 3], "DecodeGrowthYieldsToPressure"),  # its supply
+        ((False, True), Limits(gpu_budget=8), [5, 5], [3, 5], "PrefillGrowthYieldsToPressure"),  # 8 - 5 left
         ((True, True), Limits(gpu_budget=8), [5, 5], [5, 5], ""),  # both short: the rails share pro rata
         ((True, False), Limits(), [5, 5], [5, 5], ""),  # no budget: growth competes for nothing
         ((True, False), Limits(gpu_budget=8), [5, 2], [5, 2], ""),  # the calm pool is not growing
+        ((True, False), Limits(gpu_budget=12), [5, 5], [5, 5], ""),  # the budget holds both: no yield
+        ((True, False), Limits(gpu_budget=9), [5, 5], [5, 4], "DecodeGrowthYieldsToPressure"),  # what is left
+        ((False, True), Limits(gpu_budget=20), [5, 5], [5, 5], ""),  # 2-GPU decode: 5 + 10 fit
     ]
     for pressure, limits, asked, expected, reason in cases:
         recommended = list(asked)
-        assert share_budget(recommended, pools, pressure, limits) == reason
+        gpus = (1, 2) if limits.gpu_budget == 20 else (1, 1)
+        assert share_budget(recommended, pools, pressure, limits, gpus) == reason
         assert recommended == expected
 
 

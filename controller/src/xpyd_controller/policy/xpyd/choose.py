@@ -107,15 +107,25 @@ def pressed(observation: Observation, missed: dict[int, str]) -> tuple[bool, boo
     return prefill, 1 in missed or decode_explains_ttft(observation)
 
 
-def share_budget(recommended: list[int], pools: Pools, pressure: tuple[bool, bool], limits: Limits) -> str:
+def share_budget(
+    recommended: list[int],
+    pools: Pools,
+    pressure: tuple[bool, bool],
+    limits: Limits,
+    gpus: tuple[int, int],
+) -> str:
     """Under a GPU budget the pool short now goes first (mutates `recommended`): while one pool is under
-    pressure, the other grows no further than its supply, so a forecast of its need (lengths measured
-    at completion still describe the mix before a swing) takes no GPU the pressed pool may need next.
+    pressure, the other grows only into what the budget leaves beside the pressed pool's
+    recommendation, and never below its supply, so a forecast of its need (lengths measured at
+    completion still describe the mix before a swing) takes no GPU the pressed pool may need next.
     Where both or neither are pressed, the HPA rails share the budget pro rata."""
     if limits.gpu_budget is None or pressure[0] == pressure[1]:
         return ""
-    calm = 1 if pressure[0] else 0
-    if recommended[calm] <= pools.supply[calm]:
+    short = 0 if pressure[0] else 1
+    calm = 1 - short
+    room = (limits.gpu_budget - recommended[short] * gpus[short]) // gpus[calm]
+    allowed = max(pools.supply[calm], room)
+    if recommended[calm] <= allowed:
         return ""
-    recommended[calm] = pools.supply[calm]
+    recommended[calm] = allowed
     return f"{ROLES[calm]}GrowthYieldsToPressure"

@@ -10,7 +10,9 @@ A window is prefill's to explain when its pool served it whole (the same ready c
 nothing draining) and no work was already late when it began (a queue beyond one request per
 instance, which the backlog term sizes, or requests waiting on decode: its TTFTs then measure that
 wait; a queue that builds within the window is the traffic's burstiness, which the factor is there
-to learn), and no request waits on decode at its end (decode's misses are decode's).
+to learn), its arrival rate is within `STEADY_RATE` of the last window's (a step in load within
+the window, a crowd or a return from a lull, queues requests its mean rate does not explain), and no
+request waits on decode at its end (decode's misses are decode's).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ DECODE_KV_FULL = 0.95  # decode KV usage from which a TTFT is decode's to explai
 # A window teaches the factor only where the model's TTFT moves with load: by at least this ratio
 # between the lowest and the highest factor tried (else any factor explains the measurement).
 LOAD_SENSITIVE = 1.5
+STEADY_RATE = 1.5  # a window teaches only if its arrival rate is within this ratio of the last one's
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,22 @@ class PrefillCorrection:
         self._time_s: float | None = None
         self._steady: tuple[float, float] | None = None  # (ready prefill instances, since when)
         self._late = False  # the last observation saw work already late (a backlog, or decode's)
+        self._rate: float | None = None  # the last observation's arrival rate
 
     def _serving_whole_window(self, observation: Observation) -> bool:
         pool, queue = observation.prefill, observation.prefill_queue
         backlog = queue is not None and math.isfinite(queue) and queue > pool.ready
         late, self._late = self._late, backlog or decode_explains_ttft(observation)
+        last_rate, rate = self._rate, observation.arrival_rate
+        self._rate = rate if rate is not None and math.isfinite(rate) and rate >= 0 else None
         steady = pool.draining == 0 and pool.ready > 0  # instances still starting served nothing yet
         if late:  # the window began with work already late: its TTFTs measure that wait
+            return False
+        if not (
+            last_rate
+            and self._rate
+            and max(last_rate, self._rate) <= STEADY_RATE * min(last_rate, self._rate)
+        ):
             return False
         if not steady:
             self._steady = None
@@ -125,6 +137,7 @@ class PrefillCorrection:
             "timeS": self._time_s,
             "steady": None if self._steady is None else list(self._steady),
             "late": self._late,
+            "rate": self._rate,
         }
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
@@ -141,8 +154,9 @@ class PrefillCorrection:
                     f"must be a whole number of instances >= 1 since no later than {latest_s:g}",
                 )
             steady = (ready, since)
-        late = flag(data, "late")
+        late, rate = flag(data, "late"), maybe_number(data, "rate", low=0)
         self.factor, self._time_s, self._steady, self._late = factor, time_s, steady, late
+        self._rate = rate
 
 
 KV_FACTORS = (0.25, 2.0)  # the range of the KV correction

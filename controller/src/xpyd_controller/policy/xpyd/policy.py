@@ -116,7 +116,8 @@ class XpydPolicy:
         need, learned = self._need(observation, demand)
         missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
-        proposed.append(share_budget(recommended, pools, pressed(observation, missed), limits))
+        gpus = (ctx.prefill_gpus_per_instance, ctx.decode_gpus_per_instance)
+        proposed.append(share_budget(recommended, pools, pressed(observation, missed), limits, gpus))
         layered = self._layers.apply(
             observation.time_s,
             pools.supply,
