@@ -1,0 +1,129 @@
+"""The operator converts a real vLLM engine, and real KV transfer works in its new role.
+
+On the kwok cluster (the integration tests' API server), the xpyd operator manages a PDDeployment of
+two prefill and one decode real vLLM engines (vLLM's CPU build, NixlConnector over UCX on CPU), run for
+their pods by the harness as a kubelet would (e2e/harness/vllm_pods.py), behind the real vllm-router,
+which finds them by Kubernetes service discovery. The test asks for one prefill and two decode; the
+operator converts a prefill instance to decode (drain, switch, serve) while requests run through the
+router, one after the other, with no request failing. Afterwards the converted engine pulls KV over
+NIXL as a decode: its `vllm:nixl_xfer_time_seconds` counts, which only the pulling side records (vLLM
+0.32 `nixl/base_worker.py` records a transfer when one of its `_recving_transfers` is done, and the
+prefill engines' count stays 0 while they serve as prefill, as the test checks).
+
+One stack per switch method (three engine starts each, minutes on 2 cores):
+- Routing (vLLM kv_both with NixlConnector): the relabel is the switch; the very same engine process
+  serves as decode afterwards (same pid, started as prefill).
+- InPlace: the operator patches the role and kv-role labels; the pod's liveness probe (its podinfo file
+  against the XPYD_ROLE the container started with) fails, the container is restarted and starts
+  again as kv_consumer with XPYD_ROLE=decode, the env read from the labels again (the kubelet's
+  behaviour, docs/kind.md), and the operator puts it back in the pool once it is Ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.procs import wait_until
+from e2e.harness.vllm_conversion import ConversionStack, Traffic, conversion_stack
+
+pytestmark = [pytest.mark.vllm, pytest.mark.cluster, pytest.mark.timeout(2700)]
+
+WARM_UP_REQUESTS = 3  # a fresh pair's first requests pay NIXL's handshake
+# Routing: the router's drop, the drain and the KV lease (seconds); InPlace adds a cold engine start.
+SETTLE_TIMEOUT_S = {"Routing": 180, "InPlace": 900}
+REQUESTS_AFTER = 6  # requests that complete after the conversion, through both decode engines
+
+
+@pytest.fixture(scope="module", params=["Routing"])
+def stack(
+    request: pytest.FixtureRequest, kube_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConversionStack]:
+    method = str(request.param)
+    failed = request.session.testsfailed
+    namespace = f"realvllm-{method.lower()}"
+    with conversion_stack(kube_cluster, namespace, tmp_path_factory.mktemp(namespace), method) as running:
+        yield running
+        if request.session.testsfailed > failed:
+            running.dump()
+
+
+def test_operator_converts_a_real_prefill_engine_to_decode(
+    stack: ConversionStack, request: pytest.FixtureRequest
+) -> None:
+    method = request.node.callspec.params["stack"]
+    roles = stack.roles()
+    prefills = sorted(name for name, role in roles.items() if role == "prefill")
+    assert len(prefills) == 2 and len(roles) == 3, roles
+    before = stack.engines.by_pod()
+    pids = {name: container.pid for name, container in before.items()}
+
+    traffic = Traffic(stack.router_url, stack.model)
+    warm = [traffic.one() for _ in range(WARM_UP_REQUESTS)]
+    assert all(o.status == 200 for o in warm), warm
+    xfer_before = stack.xfer_counts()
+    decode = next(name for name, role in roles.items() if role == "decode")
+    assert xfer_before[decode] > 0, f"the decode engine pulled no KV over NIXL: {xfer_before}"
+    assert all(xfer_before[name] == 0 for name in prefills), (
+        f"a prefill engine counted NIXL reads: {xfer_before}"
+    )
+
+    traffic.start()
+    try:
+        wait_until(lambda: len(traffic.outcomes) >= 2, 120, "traffic through the router")
+        asked = time.monotonic()
+        stack.patch_replicas(prefill=1, decode=2)
+        wait_until(
+            lambda: stack.settled(prefill=1, decode=2),
+            SETTLE_TIMEOUT_S[method],
+            "1 prefill + 2 decode",
+            interval=1.0,
+        )
+        settled = time.monotonic()
+        stack.timings["conversion_s"] = settled - asked
+        now = stack.roles()
+        converted = [name for name in prefills if now[name] == "decode"]
+        assert len(converted) == 1, f"roles {roles} -> {now}"
+        name = converted[0]
+        assert stack.conversions()[name] == 1, stack.describe()
+        wait_until(lambda: stack.router_lists(now), 60, "the router to list the converted engine as decode")
+        mark = len(traffic.outcomes)
+
+        def pulled() -> bool:
+            return (
+                stack.xfer_counts()[name] > xfer_before[name]
+                and len(traffic.outcomes) >= mark + REQUESTS_AFTER
+            )
+
+        wait_until(pulled, 300, f"{name} to pull KV over NIXL as a decode engine", interval=1.0)
+    finally:
+        traffic.close()
+
+    failures = traffic.failures()
+    during = [o for o in traffic.outcomes if o.ended > asked and o.started < settled]
+    after = traffic.outcomes[mark:]
+    print(
+        f"{method}: conversion {settled - asked:.1f}s, {len(traffic.outcomes)} requests "
+        f"({len(during)} during it, {len(after)} after), timings {stack.timings}, {stack.describe()}"
+    )
+    assert not failures, f"{len(failures)} of {len(traffic.outcomes)} requests failed: {failures[:5]}"
+    assert during, "no request ran while the operator converted the instance"
+    assert len(after) >= REQUESTS_AFTER and all(o.status == 200 for o in after)
+    assert stack.xfer_counts()[name] > xfer_before[name]
+
+    running = stack.engines.by_pod()
+    others = [pod for pod in running if pod != name]
+    assert all(running[pod].pid == pids[pod] and running[pod].restarts == 0 for pod in others), (
+        stack.describe()
+    )
+    engine = running[name]
+    if method == "Routing":  # the relabel is the switch: the process that started as prefill decodes
+        assert engine.pid == pids[name] and engine.restarts == 0, stack.describe()
+        assert engine.env["XPYD_ROLE"] == "prefill"
+        assert any('"kv_role":"kv_both"' in arg for arg in engine.argv), engine.argv
+    else:  # restarted in place, from the relabelled pod: a decode engine now
+        assert engine.pid != pids[name] and engine.restarts == 1, stack.describe()
+        assert engine.env["XPYD_ROLE"] == "decode"
+        assert any('"kv_role":"kv_consumer"' in arg for arg in engine.argv), engine.argv
