@@ -458,6 +458,9 @@ HOSTILE: list[tuple[str, Any]] = [
     ("a rate limit entry later than the state", {"layers": {"decode": {"rate": {"history": [[1e15, 0]]}}}}),
     ("a forecast slope beyond reason", {"demand": {"forecast": {"slope": 1e300}}}),
     ("a KV correction out of range", {"kvCorrection": {"factor": 9.0}}),
+    ("a kept rate later than the state", {"correction": {"rates": [[1e15, 3.0]]}}),
+    ("a kept rate of zero", {"correction": {"rates": [[0.0, 0.0]]}}),
+    ("too many kept rates", {"correction": {"rates": [[0.0, 1.0]] * 65}}),
 ]
 
 

@@ -10,8 +10,9 @@ A window is prefill's to explain when its pool served it whole (the same ready c
 nothing draining) and no work was already late when it began (a queue beyond one request per
 instance, which the backlog term sizes, or requests waiting on decode: its TTFTs then measure that
 wait; a queue that builds within the window is the traffic's burstiness, which the factor is there
-to learn), its arrival rate is within `STEADY_RATE` of the last window's (a step in load within
-the window, a crowd or a return from a lull, queues requests its mean rate does not explain), and no
+to learn), the arrival rates measured over the last window are within `STEADY_RATE` of each other
+(each covers a window of its own, so a step in load anywhere in the two, a crowd, a fall to a lull or
+a return from it, shows: the TTFTs of such a window are not what its mean rate explains), and no
 request waits on decode at its end (decode's misses are decode's).
 """
 
@@ -36,7 +37,8 @@ DECODE_KV_FULL = 0.95  # decode KV usage from which a TTFT is decode's to explai
 # A window teaches the factor only where the model's TTFT moves with load: by at least this ratio
 # between the lowest and the highest factor tried (else any factor explains the measurement).
 LOAD_SENSITIVE = 1.5
-STEADY_RATE = 1.5  # a window teaches only if its arrival rate is within this ratio of the last one's
+STEADY_RATE = 1.5  # a window teaches only if the rates measured over it are within this ratio
+MAX_KEPT_RATES = 64  # rates a kept state may hold (one window of observations)
 
 
 @dataclass(frozen=True)
@@ -68,22 +70,29 @@ class PrefillCorrection:
         self._time_s: float | None = None
         self._steady: tuple[float, float] | None = None  # (ready prefill instances, since when)
         self._late = False  # the last observation saw work already late (a backlog, or decode's)
-        self._rate: float | None = None  # the last observation's arrival rate
+        self._rates: list[tuple[float, float]] = []  # (time, arrival rate) over the last window
+
+    def _steady_load(self, observation: Observation) -> bool:
+        """Keep this observation's rate; True when every rate measured over the last window (this one
+        included) is within `STEADY_RATE` of the others."""
+        rate, now = observation.arrival_rate, observation.time_s
+        if rate is None or not math.isfinite(rate) or rate <= 0:
+            self._rates = []
+            return False
+        self._rates = [(t, r) for t, r in self._rates if now - t <= observation.window_s][
+            -MAX_KEPT_RATES + 1 :
+        ]
+        self._rates.append((now, rate))
+        rates = [r for _, r in self._rates]
+        return len(rates) > 1 and max(rates) <= STEADY_RATE * min(rates)
 
     def _serving_whole_window(self, observation: Observation) -> bool:
         pool, queue = observation.prefill, observation.prefill_queue
         backlog = queue is not None and math.isfinite(queue) and queue > pool.ready
         late, self._late = self._late, backlog or decode_explains_ttft(observation)
-        last_rate, rate = self._rate, observation.arrival_rate
-        self._rate = rate if rate is not None and math.isfinite(rate) and rate >= 0 else None
+        steady_load = self._steady_load(observation)
         steady = pool.draining == 0 and pool.ready > 0  # instances still starting served nothing yet
-        if late:  # the window began with work already late: its TTFTs measure that wait
-            return False
-        if not (
-            last_rate
-            and self._rate
-            and max(last_rate, self._rate) <= STEADY_RATE * min(last_rate, self._rate)
-        ):
+        if late or not steady_load:  # work already late when it began, or a step in load
             return False
         if not steady:
             self._steady = None
@@ -137,7 +146,7 @@ class PrefillCorrection:
             "timeS": self._time_s,
             "steady": None if self._steady is None else list(self._steady),
             "late": self._late,
-            "rate": self._rate,
+            "rates": [list(pair) for pair in self._rates],
         }
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
@@ -154,9 +163,20 @@ class PrefillCorrection:
                     f"must be a whole number of instances >= 1 since no later than {latest_s:g}",
                 )
             steady = (ready, since)
-        late, rate = flag(data, "late"), maybe_number(data, "rate", low=0)
+        late, rates = flag(data, "late"), _kept_rates(data, latest_s)
         self.factor, self._time_s, self._steady, self._late = factor, time_s, steady, late
-        self._rate = rate
+        self._rates = rates
+
+
+def _kept_rates(data: JsonMap, latest_s: float) -> list[tuple[float, float]]:
+    """The kept (time, rate) pairs: at most `MAX_KEPT_RATES`, none later than `latest_s`, rates > 0."""
+    kept = data.get("rates", [])
+    if not isinstance(kept, list) or len(kept) > MAX_KEPT_RATES:
+        raise StateError("rates", kept, f"must be a list of at most {MAX_KEPT_RATES} [time, rate] pairs")
+    pairs = [vector({"rates": pair}, "rates", 2) for pair in kept]
+    if any(t > latest_s or r <= 0 for t, r in pairs):
+        raise StateError("rates", kept, f"needs times no later than {latest_s:g} and rates > 0")
+    return [(t, r) for t, r in pairs]
 
 
 KV_FACTORS = (0.25, 2.0)  # the range of the KV correction
