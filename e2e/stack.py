@@ -142,7 +142,14 @@ def demo_manifest(prometheus_url: str, settings: DemoSettings) -> dict[str, Any]
             "decode": pool,
             # power_of_two: by load (the default cache_aware keeps light traffic on one instance per pool).
             "router": {"image": ROUTER_IMAGE, "args": ["--policy", "power_of_two"]},
-            "conversion": {"enabled": True, "drainTimeoutSeconds": 60, "kvLeaseSeconds": KV_LEASE_S},
+            # the stand-in serves either role, as vLLM with kv_both does: its image names no vLLM version,
+            # so Auto would restart it in place; the demo converts by relabelling
+            "conversion": {
+                "enabled": True,
+                "drainTimeoutSeconds": 60,
+                "kvLeaseSeconds": KV_LEASE_S,
+                "switchMethod": "Routing",
+            },
             "autoscaling": {
                 "mode": "Auto",
                 "intervalSeconds": settings.interval_s,

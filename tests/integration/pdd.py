@@ -29,7 +29,7 @@ def manifest(name: str = "v", **spec: Any) -> dict[str, Any]:
     """A valid PDDeployment, with spec sections merged over the minimal one."""
     base: dict[str, Any] = {
         "model": {"name": "m"},
-        "engine": {"image": "vllm:1"},
+        "engine": {"image": "vllm:0.32.0"},
         "router": {"image": "router:1"},
     }
     for key, value in spec.items():

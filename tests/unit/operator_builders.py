@@ -16,7 +16,7 @@ NOW = 1000.0
 def make_spec(prefill: int = 1, decode: int = 1, **extra: Any) -> PDDeploymentSpec:
     raw: dict[str, Any] = {
         "model": {"name": "m"},
-        "engine": {"image": "vllm:1"},
+        "engine": {"image": "vllm:0.32.0"},
         "router": {"image": "r:1"},
         "prefill": {"replicas": prefill},
         "decode": {"replicas": decode},

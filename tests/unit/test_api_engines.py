@@ -155,3 +155,43 @@ def test_the_standin_is_started_as_a_python_module() -> None:
 )
 def test_sglang_parallelism_beyond_one_names_the_setting(args: list[str], found: str | None) -> None:
     assert engines.parallelism_beyond_one(args) == found
+
+
+@pytest.mark.parametrize(
+    ("version", "kv_both"),
+    [
+        ("0.22.1", engines.KvBoth.ACCEPTED),
+        ("v0.32.0", engines.KvBoth.ACCEPTED),
+        ("0.34", engines.KvBoth.ACCEPTED),
+        ("0.34.9-cu128", engines.KvBoth.ACCEPTED),
+        ("0.35.0", engines.KvBoth.EXPLICIT),
+        ("v0.100.0", engines.KvBoth.EXPLICIT),
+        ("1.0", engines.KvBoth.EXPLICIT),
+        ("latest", engines.KvBoth.UNKNOWN),
+        ("1", engines.KvBoth.UNKNOWN),
+        ("nightly-0.35.0", engines.KvBoth.UNKNOWN),
+        (None, engines.KvBoth.UNKNOWN),
+    ],
+)
+def test_vllm_versions_read_to_take_kv_both(version: str | None, kv_both: engines.KvBoth) -> None:
+    assert engines.vllm_kv_both(version) is kv_both
+
+
+def test_the_crd_refuses_routing_for_exactly_the_versions_the_table_reads_as_explicit() -> None:
+    """The CRD's CEL rule spells the table's bound as a regular expression; both agree on every minor
+    version around it and on each form a version is written in."""
+    crd = yaml.safe_load(CRD.read_text())
+    version_node = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["engine"]["properties"]["version"]
+    assert version_node["pattern"] == engines.VERSION_PATTERN
+    rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    rule = next(r["rule"] for r in rules if "self.spec.engine.version.matches" in r["rule"])
+    explicit = re.search(r"self\.spec\.engine\.version\.matches\('([^']+)'\)", rule)
+    assert explicit is not None
+    pattern = explicit.group(1)
+    for major in range(3):
+        for minor in (*range(40), 99, 100, 340):
+            for text in (f"{major}.{minor}", f"v{major}.{minor}.1", f"{major}.{minor}+cpu"):
+                refused = re.search(pattern, text) is not None
+                assert refused is (engines.vllm_kv_both(text) is engines.KvBoth.EXPLICIT), text

@@ -14,7 +14,7 @@ from xpyd_api.names import Role
 def body(**spec: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "model": {"name": "m"},
-        "engine": {"image": "vllm:1"},
+        "engine": {"image": "vllm:0.32.0"},
         "router": {"image": "router:1"},
     }
     base.update(spec)
@@ -38,20 +38,76 @@ def test_camel_case_aliases_are_read() -> None:
     assert pdd.spec.prefill.node_selector == {"a": "b"}
 
 
-def test_auto_switch_method_restarts_vllm_whose_connector_acts_on_kv_role() -> None:
-    spec = parse_pdd(body(engine={"image": "x", "kvConnector": "MooncakeConnector"})).spec
-    assert spec.switch_method is SwitchMethod.RESTART
+def test_auto_switch_method_restarts_vllm_in_place_whose_connector_acts_on_kv_role() -> None:
+    spec = parse_pdd(body(engine={"image": "vllm:0.32.0", "kvConnector": "MooncakeConnector"})).spec
+    assert spec.switch_method is SwitchMethod.IN_PLACE
     assert not spec.serves_both_roles
 
 
 @pytest.mark.parametrize(
     ("engine", "method"),
-    [("vllm", SwitchMethod.ROUTING), ("sglang", SwitchMethod.HTTP), ("custom", SwitchMethod.RESTART)],
+    [
+        ("vllm", SwitchMethod.IN_PLACE),  # the image names no version: kv_both is never rendered
+        ("sglang", SwitchMethod.HTTP),
+        ("custom", SwitchMethod.RESTART),
+    ],
 )
 def test_auto_switch_method_follows_the_engine(engine: str, method: SwitchMethod) -> None:
     spec = parse_pdd(body(engine={"image": "x", "type": engine, "command": ["run"]})).spec
     assert spec.engine.type is EngineType(engine)
     assert spec.switch_method is method
+
+
+@pytest.mark.parametrize(
+    ("engine", "method"),
+    [
+        ({"image": "vllm/vllm-openai:v0.32.0"}, SwitchMethod.ROUTING),
+        ({"image": "vllm/vllm-openai:v0.22.1"}, SwitchMethod.ROUTING),
+        ({"image": "vllm/vllm-openai:v0.34.2"}, SwitchMethod.ROUTING),
+        ({"image": "registry.local:5000/ml/vllm-cpu:0.32.0-avx2"}, SwitchMethod.ROUTING),
+        ({"image": "vllm/vllm-openai:v0.35.0"}, SwitchMethod.IN_PLACE),
+        ({"image": "vllm/vllm-openai:v1.0.0"}, SwitchMethod.IN_PLACE),
+        ({"image": "vllm/vllm-openai:latest"}, SwitchMethod.IN_PLACE),
+        ({"image": "vllm/vllm-openai"}, SwitchMethod.IN_PLACE),
+        ({"image": "vllm/vllm-openai@sha256:0123abcd"}, SwitchMethod.IN_PLACE),
+        ({"image": "registry.local:5000/vllm"}, SwitchMethod.IN_PLACE),  # a port is no tag
+        ({"image": "myorg/engine:0.32.0"}, SwitchMethod.IN_PLACE),  # not a vLLM repository
+        ({"image": "myorg/engine:0.32.0", "version": "0.32.0"}, SwitchMethod.ROUTING),
+        ({"image": "myorg/engine", "version": "v0.34"}, SwitchMethod.ROUTING),
+        ({"image": "vllm/vllm-openai:v0.32.0", "version": "0.35.1"}, SwitchMethod.IN_PLACE),  # the field wins
+        ({"image": "vllm/vllm-openai:v0.32.0", "kvConnector": "MooncakeConnector"}, SwitchMethod.IN_PLACE),
+    ],
+)
+def test_auto_switch_method_for_vllm_follows_the_version(
+    engine: dict[str, str], method: SwitchMethod
+) -> None:
+    assert parse_pdd(body(engine=engine)).spec.switch_method is method
+
+
+@pytest.mark.parametrize(
+    ("engine", "field"),
+    [
+        ({"image": "vllm/vllm-openai:v0.35.0"}, "spec.engine.image='v0.35.0'"),
+        ({"image": "vllm/vllm-openai:v0.32.0", "version": "1.2"}, "spec.engine.version='1.2'"),
+    ],
+)
+def test_an_explicit_routing_switch_on_a_version_needing_explicit_roles_is_refused(
+    engine: dict[str, str], field: str
+) -> None:
+    with pytest.raises(PDDSpecError) as caught:
+        parse_pdd(body(engine=engine, conversion={"switchMethod": "Routing"}))
+    assert field in str(caught.value) and "use InPlace" in str(caught.value)
+
+
+def test_an_explicit_routing_switch_on_an_unknown_version_is_the_users_choice() -> None:
+    spec = parse_pdd(body(engine={"image": "x"}, conversion={"switchMethod": "Routing"})).spec
+    assert spec.switch_method is SwitchMethod.ROUTING
+
+
+def test_an_engine_version_that_is_no_version_is_refused() -> None:
+    with pytest.raises(PDDSpecError) as caught:
+        parse_pdd(body(engine={"image": "x", "version": "latest"}))
+    assert "spec.engine.version" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -325,7 +325,7 @@ def test_creations_are_paced_per_pass(room: int) -> None:
     spec = PDDeploymentSpec.model_validate(
         {
             "model": {"name": "m"},
-            "engine": {"image": "vllm:1"},
+            "engine": {"image": "vllm:0.32.0"},
             "router": {"image": "r:1"},
             "prefill": {"replicas": 512, "maxReplicas": 512},
             "decode": {"replicas": 512, "maxReplicas": 512},

@@ -200,6 +200,64 @@ def test_restart_switch_survives_a_crash_between_delete_and_create() -> None:
     assert [m for r, m in kube.events if r == "Converted"] and len(kube.pods) == 3
 
 
+class PatchLog(MemoryKube):
+    """Keeps every pod patch: (pod, labels, the record's step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patches: list[tuple[str, dict[str, str], str | None]] = []
+
+    def patch_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource_version: str,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> str | None:
+        record = (annotations or {}).get("xpyd.dev/transition")
+        self.patches.append((name, dict(labels or {}), json.loads(record)["step"] if record else None))
+        return super().patch_pod(namespace, name, resource_version, labels, annotations)
+
+
+def test_in_place_switch_is_one_relabel_then_waits_for_the_container_restart() -> None:
+    kube = PatchLog()
+    now = [100.0]
+    in_place = {"engine": {"image": "vllm:0.40.0"}, "conversion": {"drainTimeoutSeconds": 5}}
+    reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: now[0])
+    reconciler.reconcile(body(prefill={"replicas": 1}, decode={"replicas": 2}, **in_place))
+    ready(kube)
+    uids = {name: pod["metadata"]["uid"] for name, pod in kube.pods.items()}
+    converting = body(generation=2, prefill={"replicas": 2}, decode={"replicas": 1}, **in_place)
+    reconciler.reconcile(converting)  # Draining (no engine data: waits for the timeout)
+    name = next(n for n, _, step in kube.patches if step == "Draining")
+    assert kube.pods[name]["metadata"]["labels"]["xpyd.dev/kv-role"] == "kv_consumer"
+    now[0] += 6
+    reconciler.reconcile(converting)  # drain timed out: Switching
+    kube.patches.clear()
+    reconciler.reconcile(converting)  # the switch: one patch of both role labels and the record
+    relabel = {"xpyd.dev/role": "prefill", "xpyd.dev/kv-role": "kv_producer"}
+    assert kube.patches == [(name, relabel, "Verifying")]
+    labels = kube.pods[name]["metadata"]["labels"]
+    assert labels["xpyd.dev/serving"] == "false" and labels["xpyd.dev/role"] == "prefill"
+    record = json.loads(kube.pods[name]["metadata"]["annotations"]["xpyd.dev/transition"])
+    assert record["restartsBefore"] == 0
+    kube.patches.clear()
+    reconciler.reconcile(converting)  # Ready, but its container has not restarted yet: no traffic
+    assert kube.patches == [] and labels["xpyd.dev/serving"] == "false"
+    status = kube.pods[name]["status"]
+    status["containerStatuses"] = [{"name": "engine", "restartCount": 1, "ready": False}]
+    status["conditions"] = [{"type": "Ready", "status": "False"}]
+    reconciler.reconcile(converting)  # restarted, not Ready yet
+    assert labels["xpyd.dev/serving"] == "false"
+    status["conditions"] = [{"type": "Ready", "status": "True"}]
+    reconciler.reconcile(converting)  # restarted in its new role and Ready: back in service
+    assert labels["xpyd.dev/serving"] == "true" and labels["xpyd.dev/kv-role"] == "kv_producer"
+    assert kube.pods[name]["metadata"]["annotations"]["xpyd.dev/conversions"] == "1"
+    assert {n: p["metadata"]["uid"] for n, p in kube.pods.items()} == uids  # no pod deleted or created
+    assert [m for r, m in kube.events if r == "Converted"]
+
+
 def test_corrupt_record_blocks_with_a_condition_instead_of_guessing() -> None:
     kube = MemoryKube()
     reconciler = Reconciler(kube, OperatorConfig(), clock=lambda: 100.0)

@@ -15,7 +15,7 @@ from xpyd_operator.core import render
 def make_pdd(**spec: Any) -> PDDeployment:
     raw: dict[str, Any] = {
         "model": {"name": "org/model"},
-        "engine": {"image": "img:1"},
+        "engine": {"image": "vllm:0.32.0"},  # a vLLM version read to take kv_both: Auto is Routing
         "router": {"image": "r:1"},
     }
     for key, value in spec.items():
@@ -105,7 +105,7 @@ def test_template_hash_changes_with_the_template_only() -> None:
     )
     # vLLM kv_both: both roles run the same pod, so a conversion needs no rollout afterwards
     assert render.template_hash(base.spec, Role.PREFILL) == render.template_hash(base.spec, Role.DECODE)
-    changed = make_pdd(engine={"image": "img:2"})
+    changed = make_pdd(engine={"image": "vllm:0.32.1"})
     assert render.template_hash(changed.spec, Role.PREFILL) != render.template_hash(base.spec, Role.PREFILL)
     replicas_only = make_pdd(prefill={"replicas": 3})
     assert render.template_hash(replicas_only.spec, Role.PREFILL) == render.template_hash(
@@ -241,7 +241,9 @@ def test_instance_and_router_pods_are_restricted_and_instances_carry_no_token() 
 
 def test_security_overrides_for_root_gpu_images_and_rdma() -> None:
     security = {"runAsNonRoot": False, "runAsUser": 0, "addCapabilities": ["IPC_LOCK"]}
-    pod = render.instance_pod(make_pdd(engine={"image": "vllm:1", "security": security}), Role.PREFILL, "x-0")
+    pod = render.instance_pod(
+        make_pdd(engine={"image": "vllm:0.32.0", "security": security}), Role.PREFILL, "x-0"
+    )
     assert (
         pod["spec"]["securityContext"]["runAsNonRoot"] is False
         and pod["spec"]["securityContext"]["runAsUser"] == 0
@@ -252,7 +254,7 @@ def test_security_overrides_for_root_gpu_images_and_rdma() -> None:
 
 def test_secrets_reach_the_engine_only_by_name_and_key_from_secret_env() -> None:
     engine = {
-        "image": "vllm:1",
+        "image": "vllm:0.32.0",
         "env": [{"name": "A", "value": "1"}],
         "secretEnv": [{"name": "HF_TOKEN", "secretName": "hub", "key": "token"}],
     }
@@ -266,3 +268,100 @@ def test_secrets_reach_the_engine_only_by_name_and_key_from_secret_env() -> None
     )
     smuggled_env = render.instance_pod(smuggled, Role.PREFILL, "x-0")["spec"]["containers"][0]["env"]
     assert [e for e in smuggled_env if e["name"] == "B"] == [{"name": "B", "value": ""}]
+
+
+# Every switch method with every engine (those the spec accepts): what the role rides on. The InPlace
+# contract is spelled out literally: a real-vLLM test and the kubelet measurement (docs/kind.md) rely on it.
+SWITCHES = [
+    ("vllm", "Routing"),
+    ("vllm", "InPlace"),
+    ("vllm", "Restart"),
+    ("vllm", "HTTP"),
+    ("sglang", "InPlace"),
+    ("sglang", "Restart"),
+    ("sglang", "HTTP"),
+    ("custom", "InPlace"),
+    ("custom", "Restart"),
+    ("custom", "HTTP"),
+]
+ROLE_LIVENESS = {
+    "exec": {"command": ["sh", "-c", '[ "$(cat /etc/xpyd/podinfo/role)" = "$XPYD_ROLE" ]']},
+    "periodSeconds": 1,
+    "failureThreshold": 1,
+    "timeoutSeconds": 3,
+}
+PODINFO_VOLUME = {
+    "name": "xpyd-podinfo",
+    "downwardAPI": {
+        "items": [{"path": "role", "fieldRef": {"fieldPath": "metadata.labels['xpyd.dev/role']"}}]
+    },
+}
+
+
+def _switch_pdd(engine: str, method: str) -> PDDeployment:
+    backend = {"sglang": {"kvConnector": "mooncake"}}.get(engine, {})
+    return make_pdd(
+        engine={"type": engine, "command": ["run"], **backend}, conversion={"switchMethod": method}
+    )
+
+
+def _kv_role(args: list[str]) -> str | None:
+    if "--kv-transfer-config" not in args:
+        return None
+    return str(json.loads(flag(args, "--kv-transfer-config"))["kv_role"])
+
+
+@pytest.mark.parametrize(("engine", "method"), SWITCHES)
+@pytest.mark.parametrize("role", list(Role))
+def test_each_switch_method_renders_the_role_where_its_switch_changes_it(
+    engine: str, method: str, role: Role
+) -> None:
+    pod = render.instance_pod(_switch_pdd(engine, method), role, "p-0")
+    container = pod["spec"]["containers"][0]
+    labels, env = pod["metadata"]["labels"], {e["name"]: e for e in container["env"]}
+    in_place = method == "InPlace"
+    assert labels["xpyd.dev/role"] == str(role)
+    assert env["XPYD_ROLE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.labels['xpyd.dev/role']"}}
+    explicit = {Role.PREFILL: "kv_producer", Role.DECODE: "kv_consumer"}[role]
+    if engine == "vllm":
+        expected = {"Routing": "kv_both", "InPlace": "$(XPYD_KV_ROLE)"}.get(method, explicit)
+        assert _kv_role(container["args"]) == expected
+    else:
+        assert _kv_role(container["args"]) is None
+    vllm_in_place = engine == "vllm" and in_place
+    assert labels.get("xpyd.dev/kv-role") == (explicit if vllm_in_place else None)
+    kv_env = {"fieldRef": {"fieldPath": "metadata.labels['xpyd.dev/kv-role']"}}
+    assert env.get("XPYD_KV_ROLE", {}).get("valueFrom") == (kv_env if vllm_in_place else None)
+    if engine == "sglang":
+        from_label = method in ("InPlace", "HTTP")
+        assert flag(container["args"], "--disaggregation-mode") == (
+            "$(XPYD_ROLE)" if from_label else str(role)
+        )
+        assert ("--enable-pd-role-switch" in container["args"]) is (method == "HTTP")
+    assert container.get("livenessProbe") == (ROLE_LIVENESS if in_place else None)
+    mount = {"name": "xpyd-podinfo", "mountPath": "/etc/xpyd/podinfo", "readOnly": True}
+    assert container.get("volumeMounts") == ([mount] if in_place else None)
+    assert pod["spec"].get("volumes") == ([PODINFO_VOLUME] if in_place else None)
+
+
+@pytest.mark.parametrize(("engine", "method"), SWITCHES)
+def test_a_switch_that_keeps_the_pod_renders_one_template_for_both_roles(engine: str, method: str) -> None:
+    """Routing, HTTP and InPlace keep the pod: its template must be current in its new role, or the
+    instance would be rolled right after converting. Restart renders each role's own pod, and so does
+    vLLM under HTTP (vLLM has no HTTP role switch: its kv_role is rendered per role)."""
+    spec = _switch_pdd(engine, method).spec
+    same = render.template_hash(spec, Role.PREFILL) == render.template_hash(spec, Role.DECODE)
+    role_baked = engine != "custom" and (method == "Restart" or (engine, method) == ("vllm", "HTTP"))
+    assert same is not role_baked
+
+
+def test_the_in_place_switch_relabels_role_and_kv_role_together() -> None:
+    spec = _switch_pdd("vllm", "InPlace").spec
+    assert render.role_labels(spec, Role.DECODE) == {
+        "xpyd.dev/role": "decode",
+        "xpyd.dev/kv-role": "kv_consumer",
+    }
+    assert render.role_labels(_switch_pdd("sglang", "InPlace").spec, Role.DECODE) == {
+        "xpyd.dev/role": "decode"
+    }
+    assert render.role_labels(_switch_pdd("vllm", "Routing").spec, Role.DECODE) == {"xpyd.dev/role": "decode"}

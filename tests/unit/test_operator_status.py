@@ -163,9 +163,9 @@ def test_a_refused_kv_role_says_which_switch_method_renders_which() -> None:
     message = unsupported_flags_message("vllm:next", [instance])
     assert message is not None
     assert "does not accept --kv-transfer-config" in message
-    assert (
-        "kv_both under spec.conversion.switchMethod Routing, kv_producer/kv_consumer under Restart" in message
-    )
+    assert "kv_both under spec.conversion.switchMethod Routing" in message
+    assert "kv_producer/kv_consumer under Restart and InPlace" in message
+    assert "set spec.engine.version" in message
 
 
 def test_a_router_measured_to_ignore_labels_degrades_a_converting_deployment() -> None:

@@ -8,6 +8,7 @@ Where an engine renamed a metric, its entry lists the names newest first; the Pr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -163,6 +164,52 @@ NIXL_SIDE_CHANNEL_PORT = 5600
 NIXL_EXTRA_CONFIG = "kv_connector_extra_config"
 NIXL_KV_LEASE = "kv_lease_duration"
 NIXL_DEFAULT_KV_LEASE_S = 30.0  # vLLM 0.32's, when kv_lease_duration is not given
+# vLLM's kv_role conventions with NixlConnector, by version (docs/operator.md, "vLLM's kv_role conventions
+# and versions"): every release read up to this one takes kv_both (from 0.23 with a deprecation warning that
+# announces its removal). A later release is not known to take it, so xpyd gives it explicit roles
+# (kv_producer on prefill, kv_consumer on decode) and never kv_both; so does a version it cannot read.
+VLLM_KV_BOTH_READ_THROUGH = (0, 34)
+VLLM_KV_BOTH_READ_THROUGH_TEXT = ".".join(map(str, VLLM_KV_BOTH_READ_THROUGH))
+# A version as `spec.engine.version` or an image tag writes it: MAJOR.MINOR, an optional `v` before it and
+# anything after a `.`, `+` or `-` (`0.32.0`, `v0.34.1`, `0.32.0-cu128`). The CRD's pattern is this one.
+VERSION_PATTERN = r"^v?([0-9]+)\.([0-9]+)([.+-][0-9A-Za-z.+-]*)?$"
+# Image repositories whose tag is read as the vLLM version when spec.engine.version is unset (vllm/vllm-
+# openai, the vllm-cpu images): the last path component names vLLM. Other images give no version.
+VLLM_IMAGE_HINT = "vllm"
+
+
+class KvBoth(StrEnum):
+    """Whether a vLLM version takes `kv_role: kv_both` with NixlConnector."""
+
+    ACCEPTED = "accepted"  # read to take it: Auto converts by routing
+    EXPLICIT = "explicit"  # a version past the ones read: roles must be explicit, Routing is refused
+    UNKNOWN = "unknown"  # no version to read: Auto restarts in place, an explicit Routing is the user's
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """(MAJOR, MINOR) of a version written as VERSION_PATTERN says, else None."""
+    match = re.fullmatch(VERSION_PATTERN, text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def image_tag_version(image: str) -> str | None:
+    """The tag of an image whose repository names vLLM (`vllm/vllm-openai:v0.32.0` -> `v0.32.0`); None for
+    another repository, no tag, or a digest only (a digest names no version)."""
+    reference = image.split("@", 1)[0]
+    repository, colon, tag = reference.rpartition(":")
+    if not colon or "/" in tag or VLLM_IMAGE_HINT not in repository.rsplit("/", 1)[-1]:
+        return None
+    return tag
+
+
+def vllm_kv_both(version: str | None) -> KvBoth:
+    """What a vLLM version (spec.engine.version, else the image tag) does with kv_both."""
+    parsed = parse_version(version) if version else None
+    if parsed is None:
+        return KvBoth.UNKNOWN
+    return KvBoth.ACCEPTED if parsed <= VLLM_KV_BOTH_READ_THROUGH else KvBoth.EXPLICIT
+
+
 SGLANG_DEFAULT_TRANSFER_BACKEND = "mooncake"
 # What SGLang's `/pd_role_switch` can switch: the transfer backends whose KV manager supports a runtime
 # role switch (the rest answer 400), and one data-, expert- and pipeline-parallel rank (its server
@@ -275,7 +322,9 @@ FLAG_PURPOSES: Mapping[str, str] = {
     SGLANG_METRICS_FLAGS[1]: "rendered for the autoscaler's prompt and output length quantiles",
     KV_TRANSFER_CONFIG_FLAG: (
         "rendered for prefill/decode KV transfer (spec.engine.kvConnector); its kv_role is kv_both "
-        "under spec.conversion.switchMethod Routing, kv_producer/kv_consumer under Restart"
+        "under spec.conversion.switchMethod Routing (Auto picks it for vLLM with NixlConnector up to "
+        f"{VLLM_KV_BOTH_READ_THROUGH_TEXT}), kv_producer/kv_consumer under Restart and InPlace (Auto picks "
+        "InPlace for a later vLLM version or one it cannot read: set spec.engine.version)"
     ),
     DISAGGREGATION_MODE_FLAG: "rendered for prefill/decode disaggregation",
     TRANSFER_BACKEND_FLAG: "rendered for KV transfer (spec.engine.kvConnector)",

@@ -61,6 +61,9 @@ class Transition:
     # Never listed means the router may still be adding it (vllm-router adds one pod at a time, waiting
     # for its health), so its absence from the pools does not yet mean it was dropped.
     router_listed: bool | None = None
+    # the engine container's restart count when an in-place switch relabelled the pod: the switch took
+    # effect once the kubelet has restarted the container since (its env then holds the new role)
+    restarts_before: int | None = None
 
     def advance(self, step: Step, now: float, drain_result: str | None = None) -> Transition:
         return replace(self, step=step, step_started=now, drain_result=drain_result or self.drain_result)
@@ -83,6 +86,8 @@ class Transition:
             record["prefillBacklog"] = dict(self.prefill_backlog)
         if self.router_listed is not None:
             record["routerListed"] = self.router_listed
+        if self.restarts_before is not None:
+            record["restartsBefore"] = self.restarts_before
         return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
@@ -108,6 +113,9 @@ class Transition:
                     else tuple(sorted((str(pod), int(count)) for pod, count in backlog.items()))
                 ),
                 router_listed=_optional_bool(record.get("routerListed")),
+                restarts_before=(
+                    int(record["restartsBefore"]) if record.get("restartsBefore") is not None else None
+                ),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(
@@ -141,6 +149,7 @@ class Instance:
     conversions: int = 0
     engine_url: str | None = None
     rejected_flags: tuple[str, ...] = ()  # flags its engine exited on as unknown (an image too old)
+    restarts: int = 0  # how often the kubelet restarted its containers (restartCount, summed)
 
     @property
     def effective_role(self) -> Role:
@@ -216,4 +225,5 @@ def parse_instance(pod: dict[str, Any]) -> Instance | None:
         conversions=int(annotations.get(ANNOTATION_CONVERSIONS, "0") or 0),
         engine_url=annotations.get(ANNOTATION_ENGINE_URL),
         rejected_flags=rejected_flags(status),
+        restarts=sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or []),
     )

@@ -20,8 +20,13 @@ from xpyd_api.engines import (
     ROLE_SWITCH,
     SGLANG_DEFAULT_TRANSFER_BACKEND,
     SGLANG_ROLE_SWITCH_BACKENDS,
+    VERSION_PATTERN,
+    VLLM_KV_BOTH_READ_THROUGH_TEXT,
     EngineType,
+    KvBoth,
+    image_tag_version,
     parallelism_beyond_one,
+    vllm_kv_both,
 )
 from xpyd_api.errors import InputError
 from xpyd_api.names import Role
@@ -54,6 +59,7 @@ class SwitchMethod(StrEnum):
     ROUTING = "Routing"
     HTTP = "HTTP"
     RESTART = "Restart"
+    IN_PLACE = "InPlace"  # relabel, and the kubelet restarts the engine container in the new role
 
 
 # The most instances of one role (and the most surge or unavailability) a PDDeployment may ask for: far
@@ -138,6 +144,8 @@ class SecuritySpec(_Model):
 class EngineSpec(_Model):
     type: EngineType = EngineType.VLLM
     image: str = Field(min_length=1)
+    # the engine's release (vLLM: decides whether kv_both is taken); unset: read from the image's tag
+    version: str | None = Field(default=None, pattern=VERSION_PATTERN)
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     port: int = Field(default=8000, ge=1, le=65535)
@@ -246,12 +254,6 @@ class PDDeploymentSpec(_Model):
                 "spec.conversion.enabled=true requires spec.prefill and spec.decode to have equal "
                 "gpusPerInstance, resources, nodeSelector and tolerations, and no per-role affinity"
             )
-        if self.conversion.switch_method is SwitchMethod.ROUTING and not self.serves_both_roles:
-            raise ValueError(
-                "spec.conversion.switchMethod=Routing needs engine vllm with kvConnector NixlConnector "
-                f"(whose kv_role is a placeholder), not engine {self.engine.type} with kvConnector "
-                f"{self.engine.kv_connector or 'default'}; use Restart"
-            )
         if (
             self.router.type is RouterType.VLLM_ROUTER
             and self.engine.type is EngineType.VLLM
@@ -265,6 +267,27 @@ class PDDeploymentSpec(_Model):
             raise ValueError(f"spec.router.image is required for spec.router.type={self.router.type}")
         if self.rollout.max_surge == 0 and self.rollout.max_unavailable == 0:
             raise ValueError("spec.rollout.maxSurge and spec.rollout.maxUnavailable cannot both be 0")
+        return self
+
+    @model_validator(mode="after")
+    def _routing_rules(self) -> PDDeploymentSpec:
+        """An explicit Routing switch renders kv_both: only vLLM with NixlConnector serves both roles that
+        way, and only a version read to take kv_both (the API server checks spec.engine.version by CEL;
+        a version read from the image's tag is checked here only)."""
+        if self.conversion.switch_method is not SwitchMethod.ROUTING:
+            return self
+        if not self.serves_both_roles:
+            raise ValueError(
+                "spec.conversion.switchMethod=Routing needs engine vllm with kvConnector NixlConnector "
+                f"(whose kv_role is a placeholder), not engine {self.engine.type} with kvConnector "
+                f"{self.engine.kv_connector or 'default'}; use InPlace or Restart"
+            )
+        if self.kv_both is KvBoth.EXPLICIT:
+            field, value = self.version_source
+            raise ValueError(
+                f"{field}={value!r}: spec.conversion.switchMethod=Routing renders kv_role kv_both, which vLLM "
+                f"is read to take only up to {VLLM_KV_BOTH_READ_THROUGH_TEXT}; use InPlace (or Auto)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -315,6 +338,21 @@ class PDDeploymentSpec(_Model):
         return self.engine.type is EngineType.VLLM and self.vllm_connector == NIXL_CONNECTOR
 
     @property
+    def version_source(self) -> tuple[str, str | None]:
+        """Where the engine's version is read, and what it says there: spec.engine.version, else the
+        image's tag (vLLM images only; None when it names no version)."""
+        if self.engine.version:
+            return "spec.engine.version", self.engine.version
+        return "spec.engine.image", image_tag_version(self.engine.image)
+
+    @property
+    def kv_both(self) -> KvBoth:
+        """Whether the vLLM version takes kv_role kv_both (UNKNOWN for other engines)."""
+        if self.engine.type is not EngineType.VLLM:
+            return KvBoth.UNKNOWN
+        return vllm_kv_both(self.version_source[1])
+
+    @property
     def decode_sent_after_prefill(self) -> bool:
         """vllm-router in front of vLLM picks a request's decode instance when it arrives but sends it
         only after the prefill answered (measured, 0.1.17): a decode instance out of the router's pool
@@ -328,11 +366,14 @@ class PDDeploymentSpec(_Model):
 
     @property
     def switch_method(self) -> SwitchMethod:
-        """The concrete switch method: Auto resolved from the engine type (and vLLM's connector)."""
+        """The concrete switch method: Auto resolved from the engine type, and for vLLM from its connector
+        and version: Routing (kv_both) only for NixlConnector on a version read to take kv_both, else a
+        restart in place with explicit roles."""
         if self.conversion.switch_method is not SwitchMethod.AUTO:
             return self.conversion.switch_method
         if self.engine.type is EngineType.VLLM:
-            return SwitchMethod.ROUTING if self.serves_both_roles else SwitchMethod.RESTART
+            routing = self.serves_both_roles and self.kv_both is KvBoth.ACCEPTED
+            return SwitchMethod.ROUTING if routing else SwitchMethod.IN_PLACE
         return SwitchMethod.HTTP if self.engine.type is EngineType.SGLANG else SwitchMethod.RESTART
 
 

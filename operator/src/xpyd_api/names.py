@@ -16,6 +16,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # Labels on every instance pod. Services and the router select by them, so a relabel moves an instance.
 LABEL_PDD = "xpyd.dev/pdd"
 LABEL_ROLE = "xpyd.dev/role"
+# vLLM's kv_role for the role (kv_producer, kv_consumer) under switchMethod InPlace: the engine reads it at
+# start from the label (downward API), so the relabel that switches the role switches it too.
+LABEL_KV_ROLE = "xpyd.dev/kv-role"
 LABEL_SERVING = "xpyd.dev/serving"
 LABEL_TEMPLATE_HASH = "xpyd.dev/template-hash"
 LABEL_COMPONENT = "xpyd.dev/component"

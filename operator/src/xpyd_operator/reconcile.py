@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xpyd_api.engines import ROLE_SWITCH
-from xpyd_api.instances import Instance, Step, TransitionKind, parse_instance
+from xpyd_api.instances import Instance, Step, Transition, TransitionKind, parse_instance
 from xpyd_api.k8s import Kube, KubeError, ObjectRef
 from xpyd_api.models import PDDeployment, PDDSpecError, RouterType, SwitchMethod, parse_pdd
 from xpyd_api.names import (
     ANNOTATION_CONVERSIONS,
     ANNOTATION_TRANSITION,
-    LABEL_ROLE,
     LABEL_SERVING,
     ConditionType,
     Reason,
@@ -364,6 +363,9 @@ class Reconciler:
         if method is SwitchMethod.RESTART:
             self._restart_as(pdd, instance, target, verifying.to_json())
             return
+        if method is SwitchMethod.IN_PLACE:
+            self._relabel_in_place(pdd, instance, target, verifying)
+            return
         version = instance.resource_version
         if method is SwitchMethod.HTTP:
             sent = self._switch_http(pdd, instance, target)
@@ -372,6 +374,22 @@ class Reconciler:
             version = sent
         annotations = {ANNOTATION_TRANSITION: verifying.to_json()}
         self.kube.patch_pod(pdd.namespace, instance.name, version, annotations=annotations)
+
+    def _relabel_in_place(
+        self, pdd: PDDeployment, instance: Instance, target: Role, verifying: Transition
+    ) -> None:
+        """The in-place switch: one patch of the role labels and the record, while serving=false. The
+        engine's liveness probe then fails (its role file no longer names the role it started with) and
+        the kubelet restarts the container with env from the new labels; the record keeps the restart
+        count seen now, which the patch's resourceVersion pins, so Verifying waits for a later restart."""
+        record = dataclasses.replace(verifying, restarts_before=instance.restarts)
+        self.kube.patch_pod(
+            pdd.namespace,
+            instance.name,
+            instance.resource_version,
+            labels=render.role_labels(pdd.spec, target),
+            annotations={ANNOTATION_TRANSITION: record.to_json()},
+        )
 
     def _switch_http(self, pdd: PDDeployment, instance: Instance, target: Role) -> str | None:
         """POST the switch at most once per need: the intent is recorded on the pod first, and a
@@ -482,6 +500,9 @@ class Reconciler:
     def _verified(self, pdd: PDDeployment, instance: Instance, target: Role, method: SwitchMethod) -> bool:
         if not instance.ready:
             return False
+        if method is SwitchMethod.IN_PLACE:
+            before = instance.transition.restarts_before if instance.transition else None
+            return before is None or instance.restarts > before
         if method is not SwitchMethod.HTTP:
             return True
         base = engine_client.base_url(instance, pdd.spec.engine.port, self.config.probe_pod_ip)
@@ -500,7 +521,7 @@ class Reconciler:
             pdd.namespace,
             instance.name,
             instance.resource_version,
-            labels={LABEL_ROLE: str(target), LABEL_SERVING: "true"},
+            labels={**render.role_labels(pdd.spec, target), LABEL_SERVING: "true"},
             annotations={ANNOTATION_TRANSITION: None, ANNOTATION_CONVERSIONS: str(instance.conversions + 1)},
         )
         took = self.clock() - transition.started

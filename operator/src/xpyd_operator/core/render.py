@@ -3,6 +3,9 @@
 Instance pods carry the role only in labels (and in `XPYD_ROLE`, read from the label by the downward
 API), so relabelling moves an instance between roles; everything role-specific that is baked into the
 container (vLLM kv_role, a role-only arg) changes the template hash, so such an instance gets rolled.
+Under switchMethod InPlace the kv_role is read from a label too (`XPYD_KV_ROLE`), and a liveness probe
+restarts the container when the role label no longer matches the role it started with (the kubelet then
+resolves the env vars from the labels again: docs/kind.md, "Restart in place on a real kubelet").
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from xpyd_api.names import (
     COMPONENT_ROUTER,
     KIND,
     LABEL_COMPONENT,
+    LABEL_KV_ROLE,
     LABEL_PDD,
     LABEL_ROLE,
     LABEL_SERVING,
@@ -48,6 +52,18 @@ from xpyd_api.names import (
 GPU_RESOURCE = "nvidia.com/gpu"
 ENGINE_CONTAINER = "engine"
 ROLE_ENV = "XPYD_ROLE"
+KV_ROLE_ENV = "XPYD_KV_ROLE"
+VLLM_KV_ROLES = {Role.PREFILL: "kv_producer", Role.DECODE: "kv_consumer"}
+# switchMethod InPlace: the role label as a file (the kubelet rewrites it within ~1 s of a relabel), and a
+# liveness probe comparing it with the role the container started with. Once a second, one failure: the
+# restart follows the relabel within seconds (docs/kind.md measured 1.5-4 s). The probe never looks at the
+# engine's health, so a long model load after the restart does not trip it; its timeout is well above
+# what `sh` and `cat` take, so a busy node does not restart an engine whose role did not change.
+PODINFO_VOLUME = "xpyd-podinfo"
+PODINFO_DIR = "/etc/xpyd/podinfo"
+PODINFO_ROLE_FILE = "role"
+ROLE_LIVENESS_COMMAND = ["sh", "-c", f'[ "$(cat {PODINFO_DIR}/{PODINFO_ROLE_FILE})" = "${ROLE_ENV}" ]']
+ROLE_LIVENESS_TIMEOUT_SECONDS = 3
 # A deleted pod's engine gets SIGTERM only after this sleep: vllm-router 0.1.17 drops a pod marked for
 # deletion at once (< 1 s measured), so no new request is on its way when the engine starts to stop.
 PRE_STOP_SLEEP_SECONDS = 5
@@ -82,10 +98,12 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
     """The engine's command-line arguments for `role`, before the user's extra args.
 
     vLLM: `--kv-transfer-config` JSON with `kv_connector` and `kv_role` (kv_both when conversion is by
-    routing, since such an instance must serve either role; kv_producer/kv_consumer otherwise); with
+    routing, since such an instance must serve either role; `$(XPYD_KV_ROLE)` in place, read from the
+    kv-role label at start; kv_producer/kv_consumer otherwise); with
     NIXL also the KV lease the drains wait out (`conversion.kvLeaseSeconds`), so both read one value.
     SGLang: `--disaggregation-mode prefill|decode` and `--disaggregation-transfer-backend`; with the HTTP
-    switch the mode is read from the role label at start, and `--enable-pd-role-switch` is set; metrics
+    and InPlace switches the mode is read from the role label at start, and with HTTP
+    `--enable-pd-role-switch` is set; metrics
     are switched on (`--enable-metrics --collect-tokens-histogram`), the autoscaler reads them.
     """
     engine = spec.engine
@@ -96,10 +114,9 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
         return []
     args = [flags.model, spec.model.name, flags.host, "0.0.0.0", flags.port, str(engine.port)]
     if flags.kv_transfer_config:
-        if method is SwitchMethod.ROUTING:
-            kv_role = "kv_both"
-        else:
-            kv_role = "kv_producer" if role is Role.PREFILL else "kv_consumer"
+        kv_role = {SwitchMethod.ROUTING: "kv_both", SwitchMethod.IN_PLACE: f"$({KV_ROLE_ENV})"}.get(
+            method, VLLM_KV_ROLES[role]
+        )
         kv_config: dict[str, Any] = {"kv_connector": spec.vllm_connector, "kv_role": kv_role}
         if _uses_nixl(spec):
             kv_config[NIXL_EXTRA_CONFIG] = {NIXL_KV_LEASE: _whole_if_whole(spec.conversion.kv_lease_seconds)}
@@ -107,7 +124,7 @@ def engine_role_args(spec: PDDeploymentSpec, role: Role) -> list[str]:
     if flags.shutdown_timeout:
         args += [flags.shutdown_timeout, str(shutdown_timeout_seconds(spec))]
     if flags.disaggregation_mode:
-        mode = f"$({ROLE_ENV})" if method is SwitchMethod.HTTP else str(role)
+        mode = f"$({ROLE_ENV})" if method in (SwitchMethod.HTTP, SwitchMethod.IN_PLACE) else str(role)
         args += [flags.disaggregation_mode, mode]
     if flags.transfer_backend:
         args += [flags.transfer_backend, engine.kv_connector or SGLANG_DEFAULT_TRANSFER_BACKEND]
@@ -175,14 +192,32 @@ def container_security_context(security: SecuritySpec) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": capabilities}
 
 
+def _restarts_in_place(spec: PDDeploymentSpec) -> bool:
+    return spec.switch_method is SwitchMethod.IN_PLACE
+
+
+def _label_env(name: str, label: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
+
+
+def role_labels(spec: PDDeploymentSpec, role: Role) -> dict[str, str]:
+    """The labels that name an instance's role: the role, and under InPlace for vLLM its kv_role (one
+    patch of both is the in-place switch)."""
+    labels = {LABEL_ROLE: str(role)}
+    if _restarts_in_place(spec) and spec.engine.type is EngineType.VLLM:
+        labels[LABEL_KV_ROLE] = VLLM_KV_ROLES[role]
+    return labels
+
+
 def engine_env(spec: PDDeploymentSpec, role: Role) -> list[dict[str, Any]]:
-    """The engine's environment: the role (downward API from the label), NIXL's side channel on the pod
-    IP (vLLM with NixlConnector), then the user's literal variables (a name the user sets replaces the
-    rendered one), then those read from Secrets by name and key (spec.engine.secretEnv)."""
+    """The engine's environment: the role (downward API from the label; under InPlace for vLLM the
+    kv_role too), NIXL's side channel on the pod IP (vLLM with NixlConnector), then the user's literal
+    variables (a name the user sets replaces the rendered one), then those read from Secrets by name and
+    key (spec.engine.secretEnv)."""
     pool = spec.pool(role)
-    rendered: list[dict[str, Any]] = [
-        {"name": ROLE_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_ROLE}']"}}}
-    ]
+    rendered = [_label_env(ROLE_ENV, LABEL_ROLE)]
+    if LABEL_KV_ROLE in role_labels(spec, role):
+        rendered.append(_label_env(KV_ROLE_ENV, LABEL_KV_ROLE))
     if _uses_nixl(spec):
         rendered += [
             {"name": NIXL_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -224,6 +259,8 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
         # a deleted pod leaves the router's pool within a second; only then does the engine get SIGTERM
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
     }
+    if _restarts_in_place(spec):
+        _add_role_liveness(container)
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "restartPolicy": "Always",
@@ -232,6 +269,8 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "securityContext": pod_security_context(spec.engine.security),
     }
+    if _restarts_in_place(spec):
+        pod_spec["volumes"] = [_podinfo_volume()]
     if pool.node_selector:
         pod_spec["nodeSelector"] = dict(pool.node_selector)
     if pool.tolerations:
@@ -240,6 +279,23 @@ def instance_pod_spec(spec: PDDeploymentSpec, role: Role) -> dict[str, Any]:
     if affinity:
         pod_spec["affinity"] = affinity
     return pod_spec
+
+
+def _podinfo_volume() -> dict[str, Any]:
+    """The role label as the file the liveness probe reads (downward API, updated on a relabel)."""
+    role_file = {"path": PODINFO_ROLE_FILE, "fieldRef": {"fieldPath": f"metadata.labels['{LABEL_ROLE}']"}}
+    return {"name": PODINFO_VOLUME, "downwardAPI": {"items": [role_file]}}
+
+
+def _add_role_liveness(container: dict[str, Any]) -> None:
+    """InPlace: the container restarts when its role label no longer names the role it started with."""
+    container["volumeMounts"] = [{"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": True}]
+    container["livenessProbe"] = {
+        "exec": {"command": list(ROLE_LIVENESS_COMMAND)},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+        "timeoutSeconds": ROLE_LIVENESS_TIMEOUT_SECONDS,
+    }
 
 
 def template_hash(spec: PDDeploymentSpec, role: Role) -> str:
@@ -266,7 +322,7 @@ def instance_pod(
         "namespace": pdd.namespace,
         "labels": {
             LABEL_PDD: pdd.name,
-            LABEL_ROLE: str(role),
+            **role_labels(pdd.spec, role),
             LABEL_SERVING: "true" if serving else "false",
             LABEL_TEMPLATE_HASH: template_hash(pdd.spec, role),
             LABEL_COMPONENT: COMPONENT_INSTANCE,
