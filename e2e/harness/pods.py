@@ -136,8 +136,10 @@ class PodRunner:
         namespace: str,
         log_dir: Path,
         selector: str = "",
+        binaries: Mapping[str, Path] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.binaries = dict(binaries or {})  # executables outside the venv (see local_argv)
         self.namespace = namespace
         self.selector = selector
         self.log_dir = log_dir
@@ -221,7 +223,7 @@ class PodRunner:
     def _start_pod(self, pod: Any) -> None:
         container = self._api.api_client.sanitize_for_serialization(pod.spec.containers[0])
         env = container_env(pod, container)
-        argv = pod_argv(pod, container, env)
+        argv = pod_argv(pod, container, env, self.binaries)
         if argv is None:
             return
         log_path = self.log_dir / f"{pod.metadata.name}.{pod.metadata.uid[:8]}.log"
@@ -281,10 +283,14 @@ class PodRunner:
 
 @contextlib.contextmanager
 def running_pods(
-    cluster: LocalCluster, namespace: str, log_dir: Path, selector: str = ""
+    cluster: LocalCluster,
+    namespace: str,
+    log_dir: Path,
+    selector: str = "",
+    binaries: Mapping[str, Path] | None = None,
 ) -> Iterator[PodRunner]:
     """A started `PodRunner`; every process it started is stopped by pid on exit."""
-    runner = PodRunner(cluster, namespace, log_dir, selector)
+    runner = PodRunner(cluster, namespace, log_dir, selector, binaries)
     runner.start()
     try:
         yield runner

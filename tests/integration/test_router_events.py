@@ -3,8 +3,9 @@ ready, relabelled to the other role, deleted (docs/operator.md, "The router and 
 
 The instance pods and the router Deployment are the operator's own render (no operator runs, so nothing
 undoes the test's changes); the pod runner serves each pod's container on its loopback pod IP: engine
-stand-ins, and the real vllm-router started with exactly the rendered command and args, discovering the
-pods through the cluster's API server. Traffic flows through the router the whole time; what the router
+stand-ins, and the real router (vllm-router, sglang-router, or smg, the SGLang model gateway cached by
+hack/smg-env) started with exactly the rendered command and args, discovering the pods through the
+cluster's API server. Traffic flows through the router the whole time; what the router
 did is read from its `GET /workers` and from the engines' request logs.
 """
 
@@ -24,6 +25,7 @@ import pytest
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.pods import PodRunner, running_pods
 from e2e.harness.procs import wait_until
+from e2e.harness.testbin import REPO_ROOT, prepared_dir
 
 from xpyd_api.models import parse_pdd
 from xpyd_api.names import LABEL_ROLE, LABEL_SERVING, Role
@@ -34,8 +36,15 @@ pytestmark = pytest.mark.cluster
 ROUTER_PORT = 8000
 ENGINE_PORT = 8100
 STANDIN = ["python", "-m", "xpyd_controller.standin"]
-# How long the router may take to act on an event; measured well under a second for vllm-router 0.1.17.
+# How long the router may take to act on an event; measured well under a second for vllm-router 0.1.17,
+# under two seconds for smg 1.13.0.
 REACTION_S = 10.0
+# smg, the SGLang model gateway (PyPI, sglang-router's successor), cached outside the repository.
+SMG_ENV_SCRIPT = REPO_ROOT / "hack" / "smg-env"
+SMG_ENV = "XPYD_SMG_DIR"  # set by hack/test after it ran hack/smg-env
+# smg 1.13.0 drains a removed worker for 5 s and skips re-adding it meanwhile; a pod back in its pool
+# within those 5 s (the events below come 4 s apart) waits for the next pod event or smg's 60 s resync.
+SLOW_RETURN_S = {"smg": 75.0}
 
 
 def rendered(namespace: str, router_type: str = "vllm-router") -> dict[str, Any]:
@@ -120,7 +129,13 @@ class Fixture:
                 body = json.loads(response.read())
         except (urllib.error.URLError, OSError):
             return {}
-        return {w["url"]: w["worker_type"] for w in body["workers"] if w.get("is_healthy", True)}
+        pools: dict[str, str] = {}  # a URL listed twice (in both pools) shows as "decode+prefill"
+        for w in body["workers"]:
+            if w.get("is_healthy", True):
+                pools[w["url"]] = "+".join(
+                    sorted({*pools.get(w["url"], "").split("+"), w["worker_type"]} - {""})
+                )
+        return pools
 
     def engine_log(self, name: str) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.url(name, ENGINE_PORT)}/xpyd/requests", timeout=5) as response:
@@ -131,17 +146,20 @@ class Fixture:
         self.cluster.kubectl("label", "pod", name, "-n", self.namespace, "--overwrite", *pairs)
         return time.time()
 
-    def wait_workers(self, expected: dict[str, str], what: str) -> float:
-        wait_until(lambda: self.workers() == expected, REACTION_S, what, interval=0.1)
+    def wait_workers(self, expected: dict[str, str], what: str, timeout: float = REACTION_S) -> float:
+        wait_until(lambda: self.workers() == expected, timeout, what, interval=0.1)
         return time.time()
 
 
-@pytest.fixture(params=["vllm-router", "sglang-router"])
+@pytest.fixture(params=["vllm-router", "sglang-router", "smg"])
 def router_cluster(
     request: pytest.FixtureRequest, kube_cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> Iterator[Fixture]:
     objects = rendered(namespace, request.param)
-    with running_pods(kube_cluster, namespace, tmp_path / "pods") as runner:
+    binaries: dict[str, Path] = {}
+    if request.param == "smg":
+        binaries["smg"] = prepared_dir(SMG_ENV, ".complete", SMG_ENV_SCRIPT) / "bin" / "smg"
+    with running_pods(kube_cluster, namespace, tmp_path / "pods", binaries=binaries) as runner:
         manifest = {"apiVersion": "v1", "kind": "List", "items": [*objects["pods"], objects["router"]]}
         kube_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
         fixture = Fixture(kube_cluster, namespace, runner, request.param)
@@ -152,7 +170,8 @@ def router_cluster(
                 print(f"--- {started.pod} ({started.argv[0]}) ---\n{started.log_tail(15)}")
 
 
-# What each router does within REACTION_S, as measured by the test below (docs/operator.md's table):
+# What each router does within REACTION_S (SLOW_RETURN_S for smg's returns), as measured by the test
+# below (docs/operator.md's table):
 # True = the router's pools follow the event, False = they do not (the instance keeps its old place).
 EXPECTED: dict[str, dict[str, bool]] = {
     "vllm-router": {
@@ -168,6 +187,14 @@ EXPECTED: dict[str, dict[str, bool]] = {
         "serving=true": True,  # nothing to undo: it never left
         "role relabel": False,
         "not ready": False,
+        "ready again": True,
+        "delete": True,
+    },
+    "smg": {
+        "serving=false": True,
+        "serving=true": True,
+        "role relabel": True,
+        "not ready": True,
         "ready again": True,
         "delete": True,
     },
@@ -193,8 +220,10 @@ def test_the_router_follows_serving_readiness_role_and_deletion_as_measured(rout
 
     def follows(event: str, expected: dict[str, str]) -> bool:
         changed = time.time()
+        returning = event in ("serving=true", "ready again")
+        timeout = SLOW_RETURN_S.get(f.router_type, REACTION_S) if returning else REACTION_S
         try:
-            measured[event] = f.wait_workers(expected, f"the router's pools after {event}") - changed
+            measured[event] = f.wait_workers(expected, f"the router's pools after {event}", timeout) - changed
         except TimeoutError:
             measured[event] = None
         return measured[event] is not None
@@ -229,7 +258,9 @@ def test_the_router_follows_serving_readiness_role_and_deletion_as_measured(rout
                 lambda: len(f.engine_log("r-decode-1")["requests"]) > before + 3, 30, "work on r-decode-1"
             )
             kinds = {r["kind"] for r in f.engine_log("r-decode-1")["requests"][before:]}
-            assert kinds == {"prefill"}, kinds  # vllm-router asks it for KV (do_remote_decode) only
+            # vllm-router and smg (told NixlConnector by the rendered annotation) ask it for KV
+            # (do_remote_decode) only
+            assert kinds == {"prefill"}, kinds
         current = f.workers()
 
         # not ready (kwok leaves a pod's status alone with this annotation): out; ready again: back.

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from xpyd_api.models import PDDeployment, parse_pdd
-from xpyd_api.names import LABEL_PDD, LABEL_ROLE, LABEL_SERVING, LABEL_TEMPLATE_HASH, Role
+from xpyd_api.names import (
+    ANNOTATION_TRANSITION,
+    LABEL_PDD,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    LABEL_TEMPLATE_HASH,
+    Role,
+)
 from xpyd_operator.core import render
 
 
@@ -124,6 +131,7 @@ def test_role_service_selects_serving_instances_of_its_role() -> None:
     [
         ("vllm-router", "--vllm-pd-disaggregation", ["vllm-router"]),
         ("sglang-router", "--pd-disaggregation", ["python3", "-m", "sglang_router.launch_router"]),
+        ("smg", "--pd-disaggregation", ["smg", "launch"]),
     ],
 )
 def test_router_discovers_instances_by_label(router_type: str, pd_flag: str, command: list[str]) -> None:
@@ -148,6 +156,20 @@ def test_router_discovers_instances_by_label(router_type: str, pd_flag: str, com
     assert {"name": "metrics", "containerPort": render.ROUTER_METRICS_PORT, "protocol": "TCP"} in container[
         "ports"
     ]
+
+
+def test_smg_reads_the_vllm_kv_connector_from_an_instance_annotation() -> None:
+    def annotations(pdd: PDDeployment, transition: str | None = None) -> dict[str, str] | None:
+        pod = render.instance_pod(pdd, Role.DECODE, "p-0", transition=transition)
+        return pod["metadata"].get("annotations")
+
+    smg = make_pdd(router={"type": "smg"})
+    assert annotations(smg) == {render.SMG_KV_CONNECTOR_ANNOTATION: "NixlConnector"}
+    both = {render.SMG_KV_CONNECTOR_ANNOTATION: "NixlConnector", ANNOTATION_TRANSITION: "t"}
+    assert annotations(smg, "t") == both
+    assert annotations(make_pdd(router={"type": "vllm-router"})) is None
+    assert annotations(make_pdd(router={"type": "sglang-router"})) is None
+    assert annotations(make_pdd(router={"type": "smg"}, engine={"type": "sglang"})) is None  # SGLang's own PD
 
 
 def test_no_router_renders_nothing() -> None:

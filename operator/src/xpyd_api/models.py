@@ -51,6 +51,7 @@ class _Model(BaseModel):
 class RouterType(StrEnum):
     VLLM_ROUTER = "vllm-router"
     SGLANG_ROUTER = "sglang-router"
+    SMG = "smg"  # the SGLang model gateway, sglang-router's successor (PyPI smg)
     NONE = "none"
 
 
@@ -355,9 +356,13 @@ class PDDeploymentSpec(_Model):
     @property
     def decode_sent_after_prefill(self) -> bool:
         """vllm-router in front of vLLM picks a request's decode instance when it arrives but sends it
-        only after the prefill answered (measured, 0.1.17): a decode instance out of the router's pool
-        can still receive the requests queued at prefill instances."""
-        return self.engine.type is EngineType.VLLM and self.router.type is RouterType.VLLM_ROUTER
+        only after the prefill answered (measured, 0.1.17), and so does smg (its source: vLLM's PD is
+        sequential there): a decode instance out of the router's pool can still receive the requests
+        queued at prefill instances."""
+        return self.engine.type is EngineType.VLLM and self.router.type in (
+            RouterType.VLLM_ROUTER,
+            RouterType.SMG,
+        )
 
     @property
     def prefill_holds_kv(self) -> bool:

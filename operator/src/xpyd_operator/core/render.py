@@ -75,6 +75,14 @@ ROUTER_METRICS_PORT = 29000
 # and holds every other pod event (a relabel, a deletion) until then: one engine slow to answer stalls
 # the router's whole view of the pools. Retrying each second bounds that stall by the engine's own start.
 VLLM_ROUTER_STARTUP_CHECK_ARGS = ("--worker-startup-check-interval", "1")
+# smg tells vLLM's KV connector from this pod annotation (without it, vLLM's prefill leg is not asked to
+# keep its KV and decode recomputes the prompt).
+SMG_KV_CONNECTOR_ANNOTATION = "smg.ai/kv-connector"
+ROUTER_COMMANDS = {
+    RouterType.VLLM_ROUTER: ["vllm-router"],
+    RouterType.SGLANG_ROUTER: ["python3", "-m", "sglang_router.launch_router"],
+    RouterType.SMG: ["smg", "launch"],  # the smg wheel's console script
+}
 
 
 def owner_reference(pdd: PDDeployment) -> dict[str, Any]:
@@ -329,8 +337,13 @@ def instance_pod(
         },
         "ownerReferences": [owner_reference(pdd)],
     }
+    annotations: dict[str, str] = {}
+    if pdd.spec.router.type is RouterType.SMG and pdd.spec.engine.type is EngineType.VLLM:
+        annotations[SMG_KV_CONNECTOR_ANNOTATION] = pdd.spec.vllm_connector
     if transition is not None:
-        metadata["annotations"] = {ANNOTATION_TRANSITION: transition}
+        annotations[ANNOTATION_TRANSITION] = transition
+    if annotations:
+        metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -407,11 +420,7 @@ def router_deployment(pdd: PDDeployment) -> dict[str, Any] | None:
     router = pdd.spec.router
     if router.type is RouterType.NONE:
         return None
-    command = (
-        ["vllm-router"]
-        if router.type is RouterType.VLLM_ROUTER
-        else ["python3", "-m", "sglang_router.launch_router"]
-    )
+    command = list(ROUTER_COMMANDS[router.type])
     pod_spec: dict[str, Any] = {
         "containers": [
             {
