@@ -12,6 +12,13 @@ kubelet, the runner keeps a deleted pod Terminating (its finalizer `RUNNER_FINAL
 has ended: kwok hands a pod's IP to the next pod once the pod object is gone, and a new pod must not be
 reached at an IP an old engine still answers on. Prometheus finds the pods itself, by Kubernetes pod
 discovery against the same cluster (prometheus.py).
+
+A container whose exec liveness probe compares the role label with `XPYD_ROLE` (switchMethod InPlace) is
+restarted as the kubelet measured in docs/kind.md restarts it: once the pod's role label no longer names
+the role its process started with, the process is stopped as above (preStop, SIGTERM) and started again
+from the pod as it is then (env from the labels re-resolved). The pod's status then says so, as a
+kubelet's would: `restartCount` one higher and Ready False, Ready True once the new process answers its
+readiness probe (kwok itself marks a pod Ready once, when it starts).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import re
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +42,8 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.procs import kill_pid
+from xpyd_api.names import LABEL_ROLE
+from xpyd_operator.core.render import ROLE_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +69,10 @@ class PodProcess:
     process: subprocess.Popen[bytes]
     pre_stop_s: float = 0.0  # the container's preStop sleep
     grace_s: float = 30.0  # the pod's terminationGracePeriodSeconds (Kubernetes' default 30)
+    role: str | None = None  # XPYD_ROLE as the process got it
+    restarts: int = 0  # the container's restartCount when this process started
+    role_probe: bool = False  # its liveness probe restarts it when the role label changes (InPlace)
+    ready_url: str | None = None  # its readiness probe's URL while the pod is not Ready after a restart
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -147,6 +162,7 @@ class PodRunner:
         self.running: dict[str, PodProcess] = {}  # by pod uid
         self.stopping: dict[str, PodProcess] = {}  # terminating (preStop, then SIGTERM), by pod uid
         self.exited: list[tuple[PodProcess, int]] = []  # processes that ended by themselves, and how
+        self._restarts: dict[str, int] = {}  # restartCount of containers restarted here, by pod uid
         self._api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
         self._lock = threading.Lock()
         self._stop = threading.Event()  # close(): stop polling, and terminating processes skip preStop
@@ -214,11 +230,21 @@ class PodRunner:
                     )
                     self.exited.append((started, code))
                     del self.running[uid]
+            for uid, started in list(self.running.items()):
+                if started.role_probe and (wanted[uid].metadata.labels or {}).get(LABEL_ROLE) != started.role:
+                    logger.info("pod runner: %s's role label changed: restarting it", started.pod)
+                    self._restarts[uid] = started.restarts + 1
+                    self._stop_pod(uid)
             known = {started.uid for started, _ in self.exited}
             held = {started.pod_ip for started in self.stopping.values()}
             for uid, pod in wanted.items():
                 if uid not in self.running and uid not in known and pod.status.pod_ip not in held:
                     self._start_pod(pod)
+            restarted = [(uid, p) for uid, p in self.running.items() if p.ready_url]
+        for uid, started in restarted:
+            if _answers(started.ready_url or ""):
+                started.ready_url = None
+                self._report_container(wanted[uid], started, ready=True)
 
     def _start_pod(self, pod: Any) -> None:
         container = self._api.api_client.sanitize_for_serialization(pod.spec.containers[0])
@@ -235,7 +261,8 @@ class PodRunner:
         self._hold(pod)
         pre_stop = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
         grace = pod.spec.termination_grace_period_seconds
-        self.running[pod.metadata.uid] = PodProcess(
+        liveness = ((container.get("livenessProbe") or {}).get("exec") or {}).get("command") or []
+        started = PodProcess(
             pod.metadata.name,
             pod.metadata.uid,
             pod.status.pod_ip,
@@ -244,7 +271,27 @@ class PodRunner:
             process,
             pre_stop_s=float(pre_stop.get("seconds") or 0),
             grace_s=30.0 if grace is None else float(grace),
+            role=env.get(ROLE_ENV),
+            restarts=self._restarts.get(pod.metadata.uid, 0),
+            role_probe=any(f"${ROLE_ENV}" in part for part in liveness),
         )
+        self.running[pod.metadata.uid] = started
+        if started.restarts:
+            started.ready_url = _readiness_url(pod.status.pod_ip, container)
+            self._report_container(pod, started, ready=started.ready_url is None)
+
+    def _report_container(self, pod: Any, started: PodProcess, *, ready: bool) -> None:
+        """The pod's Ready condition and its container's restartCount, as a kubelet reports them."""
+        flag = "True" if ready else "False"
+        container = {"name": pod.spec.containers[0].name, "ready": ready, "restartCount": started.restarts}
+        status = {
+            "conditions": [{"type": "Ready", "status": flag}, {"type": "ContainersReady", "status": flag}],
+            "containerStatuses": [{**container, "image": pod.spec.containers[0].image, "imageID": ""}],
+        }
+        try:
+            self._api.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": status})
+        except ApiException as error:
+            logger.warning("pod runner: cannot report %s's restart: %s", pod.metadata.name, error.reason)
 
     def _hold(self, pod: Any) -> None:
         """Keep the pod (and so its IP) until its process has ended, as a kubelet does."""
@@ -279,6 +326,23 @@ class PodRunner:
             started.process.wait(timeout=10)
         with self._lock:
             self.stopping.pop(started.uid, None)
+
+
+def _readiness_url(pod_ip: str, container: Mapping[str, Any]) -> str | None:
+    """The URL of the container's HTTP readiness probe on the pod's IP (a named or numbered port)."""
+    http = (container.get("readinessProbe") or {}).get("httpGet") or {}
+    port = http.get("port")
+    named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+    number = named.get(port, port)
+    return f"http://{pod_ip}:{number}{http.get('path', '/')}" if number else None
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as response:
+            return bool(200 <= response.status < 300)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from e2e.harness.cluster import LocalCluster
 from tests.integration.pdd import ROOT, manifest, spec_schema
 
 from xpyd_api.errors import InputError
-from xpyd_api.models import parse_pdd
+from xpyd_api.models import SwitchMethod, parse_pdd
 from xpyd_controller.control.endpoints import METADATA_ADDRESSES, METADATA_NAMES
 
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
@@ -125,6 +125,23 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
             conversion={"switchMethod": "Routing"},
         ),
         "needs instances that serve both roles: vLLM with kvConnector NixlConnector",
+    ),
+    (
+        "routing switch on a vllm version read to need explicit roles",
+        manifest(engine={"image": "v:1", "version": "0.35.0"}, conversion={"switchMethod": "Routing"}),
+        "spec.engine.version: Invalid value: spec.engine.version: switchMethod Routing renders "
+        "kv_role kv_both, which vLLM is read to take only up to 0.34",
+    ),
+    (
+        "engine version that is no version",
+        manifest(engine={"image": "v:1", "version": "latest"}),
+        'spec.engine.version: Invalid value: "latest": spec.engine.version in body should match',
+    ),
+    (
+        "unknown switch method",
+        manifest(conversion={"switchMethod": "Recreate"}),
+        'spec.conversion.switchMethod: Unsupported value: "Recreate": supported values: "Auto", "Routing", '
+        '"HTTP", "Restart", "InPlace"',
     ),
     (
         "sglang http switch on a transfer backend that cannot switch",
@@ -533,4 +550,54 @@ def test_sglang_parallelism_the_http_switch_refuses_is_invalid_naming_the_field(
     admitted = server_create(kube_cluster, namespace, body)  # over CEL's cost budget to scan: admitted
     assert admitted.returncode == 0, admitted.stderr
     with pytest.raises(InputError, match=rf"spec\.{role}\.args \({found}, with spec\.engine\.args\): SGLang"):
+        parse_pdd(json.loads(admitted.stdout))
+
+
+@pytest.mark.parametrize(
+    ("engine", "conversion", "method"),
+    [
+        ({"image": "vllm/vllm-openai:v0.40.0"}, {"switchMethod": "InPlace"}, SwitchMethod.IN_PLACE),
+        ({"image": "s:1", "type": "sglang"}, {"switchMethod": "InPlace"}, SwitchMethod.IN_PLACE),
+        (
+            {"image": "c:1", "type": "custom", "command": ["serve"]},
+            {"switchMethod": "InPlace"},
+            SwitchMethod.IN_PLACE,
+        ),
+        ({"image": "v:1", "version": "0.34.1"}, {"switchMethod": "Routing"}, SwitchMethod.ROUTING),
+        ({"image": "v:1", "version": "v0.35.0"}, {}, SwitchMethod.IN_PLACE),
+        ({"image": "vllm/vllm-openai:v0.32.0"}, {}, SwitchMethod.ROUTING),
+        ({"image": "v:1"}, {"switchMethod": "Routing"}, SwitchMethod.ROUTING),  # no version: the user's call
+    ],
+    ids=[
+        "vllm-in-place",
+        "sglang-in-place",
+        "custom-in-place",
+        "routing-0.34",
+        "auto-0.35",
+        "auto-tag-0.32",
+        "routing-unknown",
+    ],
+)
+def test_switch_methods_the_crd_admits_resolve_as_the_operator_reads_them(
+    kube_cluster: LocalCluster,
+    namespace: str,
+    engine: dict[str, Any],
+    conversion: dict[str, Any],
+    method: SwitchMethod,
+) -> None:
+    result = server_create(kube_cluster, namespace, manifest(engine=engine, conversion=conversion))
+    assert result.returncode == 0, result.stderr
+    assert parse_pdd(json.loads(result.stdout)).spec.switch_method is method
+
+
+def test_an_explicit_routing_switch_on_a_vllm_image_tag_needing_explicit_roles_is_invalid_spec(
+    kube_cluster: LocalCluster, namespace: str
+) -> None:
+    """CEL reads spec.engine.version only; a version from the image's tag is the operator's to refuse."""
+    body = manifest(engine={"image": "vllm/vllm-openai:v0.35.0"}, conversion={"switchMethod": "Routing"})
+    admitted = server_create(kube_cluster, namespace, body)
+    assert admitted.returncode == 0, admitted.stderr
+    with pytest.raises(
+        InputError, match=r"spec\.engine\.image='v0\.35\.0': spec\.conversion\.switchMethod=Routing"
+    ):
         parse_pdd(json.loads(admitted.stdout))

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e.harness.cluster import LocalCluster
+from e2e.harness.pods import PodRunner, running_pods
 from e2e.harness.procs import wait_until
 from tests.integration.pdd import (
     OperatorFactory,
@@ -24,6 +28,7 @@ from tests.integration.pdd import (
     wait_ready,
 )
 
+from xpyd_api.engines import STANDIN_COMMAND
 from xpyd_api.names import ANNOTATION_CONVERSIONS, ANNOTATION_TRANSITION
 from xpyd_operator.testing import EngineStub
 
@@ -237,3 +242,106 @@ def test_restart_switch_recreates_the_pod_with_its_name_on_its_node(
     assert pods[name]["spec"]["containers"][0]["env"][0]["name"] == "XPYD_ROLE"
     assert conversions(pods[name]) == 1
     assert len(events(kube_cluster, namespace, "Converted")) == 1
+
+
+def _router_pools(cluster: LocalCluster, namespace: str, name: str) -> dict[str, str]:
+    """The router's pools as its `GET /workers` lists them: engine host -> worker type (healthy ones)."""
+    router = get_router_pod(cluster, namespace, name)
+    if not router or not (router.get("status") or {}).get("podIP"):
+        return {}
+    try:
+        url = f"http://{router['status']['podIP']}:8000/workers"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            workers = json.loads(response.read())["workers"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError):
+        return {}
+    return {
+        w["url"].split("//")[1].rsplit(":", 1)[0]: w["worker_type"]
+        for w in workers
+        if w.get("is_healthy", True)
+    }
+
+
+def get_router_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    selector = f"xpyd.dev/pdd={name},xpyd.dev/component=router"
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)
+    return pods["items"][0] if pods["items"] else None
+
+
+def _pools_by_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, str]:
+    pools = _router_pools(cluster, namespace, name)
+    pods = instance_pods(cluster, namespace, name)
+    return {p["metadata"]["name"]: pools.get((p.get("status") or {}).get("podIP") or "", "") for p in pods}
+
+
+def _process_role(runner: PodRunner, pod: str) -> tuple[int, str | None] | None:
+    started = runner.process_of(pod)
+    return None if started is None else (started.process.pid, started.role)
+
+
+def test_in_place_switch_restarts_the_engine_in_its_pod_behind_the_real_router(
+    kube_cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, tmp_path: Path
+) -> None:
+    """switchMethod InPlace on engine stand-ins run as a kubelet would (e2e/harness/pods.py restarts a
+    container whose role label changed, with env from the new labels): a decode instance becomes prefill
+    in the same pod (uid, node, IP), its engine process restarted once with XPYD_ROLE prefill and
+    kv_role kv_producer, and the real vllm-router moves it to the prefill pool."""
+    start_operator(XPYD_PROBE_POD_IP="true")
+    with running_pods(kube_cluster, namespace, tmp_path / "pods") as runner:
+        body = manifest(
+            "inplace",
+            engine={"image": "xpyd-standin:dev", "command": list(STANDIN_COMMAND), "port": 8100},
+            router={"image": "vllm-router:test", "port": 8000, "args": ["--policy", "round_robin"]},
+            prefill={"replicas": 1},
+            decode={"replicas": 2},
+            conversion={"switchMethod": "InPlace", "kvLeaseSeconds": 1, "drainTimeoutSeconds": 60},
+        )
+        apply(kube_cluster, namespace, body)
+        wait_ready(kube_cluster, namespace, "inplace", timeout=120)
+        serving = {"inplace-0": "prefill", "inplace-1": "decode", "inplace-2": "decode"}
+        roles_now = roles(instance_pods(kube_cluster, namespace, "inplace"))
+        wait_until(
+            lambda: _pools_by_pod(kube_cluster, namespace, "inplace") == roles_now,
+            120,
+            "the router lists every instance in its pool",
+        )
+        assert sorted(roles_now.values()) == sorted(serving.values())
+        pods = instance_pods(kube_cluster, namespace, "inplace")
+        before = {
+            p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"], p["status"]["podIP"])
+            for p in pods
+        }
+        processes = {name: _process_role(runner, name) for name in before}
+
+        patch_spec(
+            kube_cluster, namespace, "inplace", {"prefill": {"replicas": 2}, "decode": {"replicas": 1}}
+        )
+        wait_until(lambda: settled(kube_cluster, namespace, "inplace", 2, 1), 120, "one decode -> prefill")
+        pods = instance_pods(kube_cluster, namespace, "inplace")
+        after = {
+            p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"], p["status"]["podIP"])
+            for p in pods
+        }
+        assert after == before  # the same pods, where they were: nothing deleted or created
+        converted = next(p for p in pods if conversions(p) == 1)
+        name = converted["metadata"]["name"]
+        assert roles_now[name] == "decode"
+        labels = converted["metadata"]["labels"]
+        assert (labels["xpyd.dev/role"], labels["xpyd.dev/kv-role"]) == ("prefill", "kv_producer")
+        assert converted["status"]["containerStatuses"][0]["restartCount"] == 1
+        wait_until(lambda: _process_role(runner, name) is not None, 30, f"{name}'s new process")
+        pid, role = _process_role(runner, name) or (0, None)
+        assert pid != (processes[name] or (0, None))[0] and role == "prefill"
+        started = runner.process_of(name)
+        assert started is not None
+        kv_config = json.loads(started.argv[started.argv.index("--kv-transfer-config") + 1])
+        assert kv_config["kv_role"] == "kv_producer"
+        for other in set(before) - {name}:  # the others kept their processes
+            assert _process_role(runner, other) == processes[other]
+        final = roles(pods)
+        wait_until(
+            lambda: _pools_by_pod(kube_cluster, namespace, "inplace") == final,
+            60,
+            "the router lists the converted instance in the prefill pool",
+        )
+        assert any(name in message for message in events(kube_cluster, namespace, "Converted"))
