@@ -244,7 +244,10 @@ class ConversionStack:
         _dump(self.engines, self.routers, self.operator)
 
     def describe(self) -> str:
-        return f"engines {describe(self.engines)}; roles {self.roles()}; conversions {self.conversions()}"
+        return (
+            f"engines {describe(self.engines)}; restarts {self.engines.restarted}; roles {self.roles()}; "
+            f"conversions {self.conversions()}"
+        )
 
 
 def _metrics(url: str) -> str:

@@ -14,7 +14,12 @@ the `vllm` command (the cached CPU build, vllm_engine.py), on the pod's loopback
   container is started again from the pod as it is now (env and args re-resolved, so a downward-API
   env var from a label takes the label's new value, as measured on a real kubelet in docs/kind.md),
   `restartCount` counts it. An engine that exits by itself is started again the same way
-  (`restartPolicy: Always`, without the kubelet's back-off).
+  (`restartPolicy: Always`, without the kubelet's back-off). Every restart is logged and printed with
+  its reason (the probe's exit, output and duration, or its timeout).
+
+Not pods.PodRunner, which does the same for the engine stand-in and the router: a vLLM engine is an
+API server with an engine-core child, stopped here by its process group; it is Ready only once it
+answers, also at its first start (minutes); and it gets a minimal environment, not the test's.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class EngineContainer:
     restarts: int = 0
     probe_failures: int = 0
     next_probe: float = 0.0
+    probe_said: str = ""  # how the last liveness probe ended
     exits: list[int] = field(default_factory=list)  # exit codes of processes that ended by themselves
 
     @property
@@ -166,7 +172,7 @@ class VllmPodRunner:
                 container.exits.append(code)
                 self._restart(pod, container, f"exited with {code}")
             elif self._liveness_failed(pod, container):
-                self._restart(pod, container, "liveness probe failed")
+                self._restart(pod, container, f"liveness probe failed: {container.probe_said}")
             elif not container.ready and _answers(container.url + container.health_path):
                 container.ready = True
                 self._patch_status(pod, container, ready=True)
@@ -219,7 +225,9 @@ class VllmPodRunner:
     def _restart(self, pod: Any, container: EngineContainer, why: str) -> None:
         """Kill the container's process group and start it again from the pod as it is now."""
         role = (pod.metadata.labels or {}).get("xpyd.dev/role", "")
-        logger.info("restarting %s (%s; role label %s)", container.pod, why, role)
+        said = f"restarting {container.pod} ({why}; role label {role}, started as {container.env.get('XPYD_ROLE')})"
+        logger.warning("%s", said)
+        print(said, flush=True)
         self.restarted.append((container.pod, why, role))
         container.running.stop(grace=5.0)
         self._start(pod, restarts=container.restarts + 1)
@@ -261,17 +269,23 @@ class VllmPodRunner:
             for mount_path, directory in sorted(mounts.items(), key=lambda m: -len(m[0])):
                 local = local.replace(mount_path, directory)
             argv.append(local)
+        timeout = float(probe.get("timeoutSeconds") or PROBE_TIMEOUT_S)
+        began = time.monotonic()
         try:
             result = subprocess.run(
-                argv,
-                env=self.base_env | container.env,
-                capture_output=True,
-                timeout=float(probe.get("timeoutSeconds") or PROBE_TIMEOUT_S),
-                check=False,
+                argv, env=self.base_env | container.env, capture_output=True, timeout=timeout, check=False
             )
             ok = result.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
+            container.probe_said = (
+                f"exit {result.returncode} {result.stdout[-200:]!r} {result.stderr[-200:]!r}"
+            )
+        except subprocess.TimeoutExpired:
             ok = False
+            container.probe_said = f"timed out after {timeout:.0f}s"
+        except OSError as error:
+            ok = False
+            container.probe_said = repr(error)
+        container.probe_said += f" in {time.monotonic() - began:.2f}s"
         container.probe_failures = 0 if ok else container.probe_failures + 1
         return container.probe_failures >= int(probe.get("failureThreshold") or 3)
 
