@@ -42,9 +42,10 @@ REACTION_S = 10.0
 # smg, the SGLang model gateway (PyPI, sglang-router's successor), cached outside the repository.
 SMG_ENV_SCRIPT = REPO_ROOT / "hack" / "smg-env"
 SMG_ENV = "XPYD_SMG_DIR"  # set by hack/test after it ran hack/smg-env
-# smg 1.13.0 drains a removed worker for 5 s and skips re-adding it meanwhile; a pod back in its pool
-# within those 5 s (the events below come 4 s apart) waits for the next pod event or smg's 60 s resync.
-SLOW_RETURN_S = {"smg": 75.0}
+# smg 1.13.0 keeps a removed worker 5 s (draining, listed unhealthy) and skips re-adding it meanwhile; a
+# pod back within those 5 s (Ready=True below comes about a second after Ready=False) waits for the next
+# pod event or smg's 60 s resync.
+SLOW_RETURN_S = {"smg": 90.0}
 
 
 def rendered(namespace: str, router_type: str = "vllm-router") -> dict[str, Any]:
@@ -55,6 +56,8 @@ def rendered(namespace: str, router_type: str = "vllm-router") -> dict[str, Any]
             "spec": {
                 "model": {"name": "standin/model"},
                 "engine": {"image": "xpyd-standin:dev", "command": STANDIN, "port": ENGINE_PORT},
+                # the relabel alone switches (no restart in place): what the routers' reaction decides
+                "conversion": {"switchMethod": "Routing"},
                 # round_robin: every instance gets traffic (measured: the default cache_aware policy sends
                 # light load with distinct prompts to one prefill and one decode instance).
                 "router": {
@@ -122,8 +125,9 @@ class Fixture:
         assert len(names) == 1, names
         return self.url(names[0].removeprefix("pod/"), ROUTER_PORT)
 
-    def workers(self) -> dict[str, str]:
-        """The router's pools: engine URL → worker_type (prefill/decode), healthy ones only."""
+    def workers(self, healthy_only: bool = True) -> dict[str, str]:
+        """The router's pools: engine URL → worker_type (prefill/decode), healthy ones only unless told
+        (the operator reads every listed worker: smg lists a removed worker, unhealthy, while it drains)."""
         try:
             with urllib.request.urlopen(f"{self.router_url()}/workers", timeout=5) as response:
                 body = json.loads(response.read())
@@ -131,7 +135,7 @@ class Fixture:
             return {}
         pools: dict[str, str] = {}  # a URL listed twice (in both pools) shows as "decode+prefill"
         for w in body["workers"]:
-            if w.get("is_healthy", True):
+            if w.get("is_healthy", True) or not healthy_only:
                 pools[w["url"]] = "+".join(
                     sorted({*pools.get(w["url"], "").split("+"), w["worker_type"]} - {""})
                 )
@@ -238,7 +242,8 @@ def test_the_router_follows_serving_readiness_role_and_deletion_as_measured(rout
             raise AssertionError(f"requests per instance {counts}, failures {traffic.failures[:3]}") from None
 
         # serving=false: out of the prefill pool; then no new request and no health check.
-        f.label("r-prefill-0", **{LABEL_SERVING: "false"})
+        labelled = f.label("r-prefill-0", **{LABEL_SERVING: "false"})
+        unlisted: float | None = None
         pools = {u: t for u, t in start.items() if u != urls["r-prefill-0"]}
         if follows("serving=false", pools):
             seen = f.engine_log("r-prefill-0")
@@ -246,6 +251,12 @@ def test_the_router_follows_serving_readiness_role_and_deletion_as_measured(rout
             later = f.engine_log("r-prefill-0")
             assert len(later["requests"]) == len(seen["requests"]), "requests after serving=false"
             assert later["health_checks"] == seen["health_checks"], "health checks after serving=false"
+            # not listed at all: what the operator waits for before it relabels a draining instance
+            wait_until(
+                lambda: urls["r-prefill-0"] not in f.workers(healthy_only=False), REACTION_S, "unlisted"
+            )
+            unlisted = time.time() - labelled
+        # back to serving once unlisted (the operator's order; for sglang-router 4 s later)
         f.label("r-prefill-0", **{LABEL_SERVING: "true"})
         follows("serving=true", start)
 
@@ -282,6 +293,8 @@ def test_the_router_follows_serving_readiness_role_and_deletion_as_measured(rout
     print(
         f"{f.router_type}: seconds until the pools followed:",
         {k: v and round(v, 2) for k, v in measured.items()},
+        "; serving=false until unlisted:",
+        unlisted and round(unlisted, 2),
     )
     assert {event: seconds is not None for event, seconds in measured.items()} == EXPECTED[f.router_type]
     assert traffic.failures == [], traffic.failures[:5]
