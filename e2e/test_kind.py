@@ -4,7 +4,8 @@ The chart is installed with the built xpyd image into a namespace enforcing the 
 Standard, so the operator and the controller run in-cluster under the chart's RBAC; Prometheus runs in
 the cluster and discovers the instance pods with the relabelling of the chart's PodMonitor; a
 PDDeployment's instance pods run the engine stand-in (`python -m xpyd_controller.standin`, from the
-same image) behind the real vllm-router; a conversion happens on those pods, and in Auto the in-cluster
+same image) behind the real vllm-router; a conversion restarts one of those pods' engine in place
+(switchMethod InPlace: the kubelet restarts the container with the new role), and in Auto the in-cluster
 controller sizes the pools from what the in-cluster Prometheus scraped while traffic flows through the
 router, and new real pods start and take requests.
 
@@ -16,6 +17,7 @@ JSON POSTs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -349,6 +351,8 @@ def _stand_in_pdd(name: str, installed: Installed) -> dict[str, Any]:
             "prefill": {"replicas": 2},
             "decode": {"replicas": 1},
             "router": {"image": _image(ROUTER_IMAGE_ENV), "serviceAccountName": ROUTER_ACCOUNT},
+            # the kubelet restarts the engine container in its pod with the new role (a liveness probe)
+            "conversion": {"switchMethod": "InPlace"},
             # Advisory: the controller reads the in-cluster Prometheus and writes status only, so the
             # sizes below are the test's.
             "autoscaling": {
@@ -377,38 +381,65 @@ def _settled(cluster: LocalCluster, namespace: str, name: str, prefill: int, dec
     return not moving and sorted(roles(pods).values()) == wanted
 
 
+def _placement(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
+    """Pod name -> (uid, node, pod IP): unchanged means the very same pods, where they were."""
+    return {
+        p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"], p["status"]["podIP"])
+        for p in pods
+    }
+
+
+def _restarts(pods: list[dict[str, Any]]) -> dict[str, int]:
+    return {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"] for p in pods}
+
+
+def _engine_process(cluster: LocalCluster, namespace: str, pod: str) -> tuple[dict[str, str], list[str]]:
+    """The environment and argv of the engine process (the container's PID 1) as it runs now."""
+    environ = cluster.kubectl("exec", pod, "-n", namespace, "--", "cat", "/proc/1/environ").stdout
+    cmdline = cluster.kubectl("exec", pod, "-n", namespace, "--", "cat", "/proc/1/cmdline").stdout
+    env = dict(entry.partition("=")[::2] for entry in environ.split("\0") if "=" in entry)
+    return env, [arg for arg in cmdline.split("\0") if arg]
+
+
 def test_conversion_on_real_pods_behind_the_real_router(
     kube_cluster: LocalCluster, installed: Installed
 ) -> None:
-    """2 prefill + 1 decode stand-in engines; asking for 1 + 2 converts a running prefill pod in place (same
-    pod, no restart), the router's service discovery moves it to the decode pool and a completion sent
-    through the router is answered; Prometheus sees the pod's series under its new role."""
+    """2 prefill + 1 decode stand-in engines, switchMethod InPlace; asking for 1 + 2 converts a running
+    prefill pod in place: the same pod (uid, node, IP), its engine container restarted once by the
+    kubelet (the liveness probe saw the role label change) with XPYD_ROLE decode and kv_role
+    kv_consumer; the router's service discovery moves it to the decode pool, no request sent through the
+    router during the conversion fails; Prometheus sees the pod's series under its new role."""
     namespace, name = installed.workload_namespace, "kind-pd"
     apply(kube_cluster, namespace, _stand_in_pdd(name, installed))
     wait_ready(kube_cluster, namespace, name, timeout=300)
     wait_until(lambda: _pods_ready(kube_cluster, namespace, name, 3), 180, "3 ready stand-in pods")
-    before = {
-        p["metadata"]["name"]: p["metadata"]["uid"] for p in instance_pods(kube_cluster, namespace, name)
-    }
+    first = instance_pods(kube_cluster, namespace, name)
+    before, restarts_before = _placement(first), _restarts(first)
     router = f"{name}-router"
     kube_cluster.kubectl(
         "rollout", "status", f"deployment/{router}", "-n", namespace, "--timeout=180s", timeout=200
     )
 
-    patch_spec(kube_cluster, namespace, name, {"prefill": {"replicas": 1}, "decode": {"replicas": 2}})
-    wait_until(lambda: _settled(kube_cluster, namespace, name, 1, 2), 180, "a prefill->decode conversion")
+    traffic = Traffic(installed.api, _proxy(namespace, router, 8000, "v1/completions"), 2.0, prompt_words=32)
+    with traffic:
+        patch_spec(kube_cluster, namespace, name, {"prefill": {"replicas": 1}, "decode": {"replicas": 2}})
+        wait_until(lambda: _settled(kube_cluster, namespace, name, 1, 2), 240, "a prefill->decode conversion")
+    print(f"traffic: sent {traffic.sent}, ok {traffic.ok}, failed {traffic.failed} {traffic.last_error}")
+    assert traffic.ok > 0 and traffic.failed == 0, traffic.last_error
 
     pods = instance_pods(kube_cluster, namespace, name)
-    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods} == before, (
-        "the same pods, none replaced"
-    )
+    assert _placement(pods) == before, "the same pods on the same nodes and IPs, none replaced"
     converted = [
         p for p in pods if int((p["metadata"].get("annotations") or {}).get(ANNOTATION_CONVERSIONS, "0")) == 1
     ]
     assert len(converted) == 1 and converted[0]["metadata"]["labels"][LABEL_ROLE] == "decode"
-    assert converted[0]["status"]["containerStatuses"][0]["restartCount"] == 0, (
-        "converted in place, not restarted"
-    )
+    converted_pod = converted[0]["metadata"]["name"]
+    expected_restarts = {pod: count + (pod == converted_pod) for pod, count in restarts_before.items()}
+    assert _restarts(pods) == expected_restarts, "only the converted pod's container restarted, once"
+    env, argv = _engine_process(kube_cluster, namespace, converted_pod)
+    assert (env["XPYD_ROLE"], env["XPYD_KV_ROLE"]) == ("decode", "kv_consumer"), env
+    kv_config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert kv_config["kv_role"] == "kv_consumer", argv
     pod_ip = converted[0]["status"]["podIP"]
 
     def router_sees_it_as_decode() -> bool:
@@ -421,7 +452,6 @@ def test_conversion_on_real_pods_behind_the_real_router(
     answer = installed.api.post_json(_proxy(namespace, router, 8000, "v1/completions"), body)
     assert answer["choices"], answer
 
-    converted_pod = converted[0]["metadata"]["name"]
     wait_until(
         lambda: bool(
             installed.prometheus.query(f'up{{pod="{converted_pod}",role="decode",pdd="{name}"}} == 1')
@@ -504,6 +534,7 @@ class Traffic:
     api: ApiProxy
     path: str
     rate: float
+    prompt_words: int = PROMPT_WORDS
     sent: int = 0
     ok: int = 0
     failed: int = 0
@@ -532,7 +563,7 @@ class Traffic:
         next_at = time.monotonic()
         while not self._stop.is_set():
             # Distinct words, so no prompt shares a cached prefix with another.
-            prompt = " ".join(f"w{self._rng.randrange(10**9)}" for _ in range(PROMPT_WORDS))
+            prompt = " ".join(f"w{self._rng.randrange(10**9)}" for _ in range(self.prompt_words))
             self._pool.submit(self._one, prompt)
             self.sent += 1
             next_at += 1.0 / self.rate
@@ -556,6 +587,25 @@ def _ready_pods(cluster: LocalCluster, namespace: str, name: str, role: str) -> 
         and not p["metadata"].get("deletionTimestamp")
         and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
     ]
+
+
+@contextlib.contextmanager
+def _pods_reported(cluster: LocalCluster, namespace: str, name: str) -> Iterator[None]:
+    """Afterwards (shown when the test fails): each instance pod's readiness, restarts and last container
+    state, and the kubelet's Events about them (probe failures, kills, back-offs)."""
+    try:
+        yield
+    finally:
+        for pod in instance_pods(cluster, namespace, name):
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            summary = {k: statuses[0].get(k) for k in ("ready", "restartCount", "state", "lastState")}
+            print(f"{pod['metadata']['name']} {pod['metadata']['labels'][LABEL_ROLE]}: {json.dumps(summary)}")
+        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        for event in events:
+            if event["involvedObject"].get("kind") == "Pod" and event.get("type") == "Warning":
+                print(
+                    f"{event['involvedObject']['name']}: {event['reason']} x{event.get('count', 1)} {event['message']}"
+                )
 
 
 def _prefills_served(api: ApiProxy, namespace: str, pod: str) -> int:
@@ -584,7 +634,7 @@ def test_controller_in_cluster_scales_real_pods_from_in_cluster_prometheus(
         return body
 
     traffic = Traffic(installed.api, _proxy(namespace, router, 8000, "v1/completions"), TRAFFIC_RATE)
-    with traffic:
+    with traffic, _pods_reported(kube_cluster, namespace, name):
         wait_until(
             lambda: pdd()["spec"]["prefill"]["replicas"] >= 2,
             300,

@@ -2,6 +2,8 @@
 # virtualenv, with the simulator's engine compiled by mypyc (hack/native) inside the build stage.
 # Runs as the numeric non-root user 65532 and writes nothing outside /tmp, so it fits the restricted
 # Pod Security profile with readOnlyRootFilesystem (the chart mounts /tmp as an emptyDir).
+# The base keeps `sh` and `cat`: as the engine stand-in under switchMethod InPlace, the instance pods'
+# liveness probe runs them (render.ROLE_LIVENESS_COMMAND).
 #
 # Ordinary build (a registry answers):   docker build -f images/xpyd.Dockerfile -t IMAGE .
 # Offline build (hack/kind does this):   BASE/BUILD_BASE are Debian rootfs images made with mmdebstrap,
