@@ -20,10 +20,8 @@ from xpyd_controller.policy.xpyd import XpydConfig, XpydPolicy
 from xpyd_controller.policy.xpyd.choose import (
     Pools,
     missed_slos,
-    pressed,
     recommend,
     release_for_conversion,
-    share_budget,
 )
 from xpyd_controller.policy.xpyd.need import Need
 
@@ -217,12 +215,6 @@ REASONS: list[tuple[str, dict[str, Any], Limits, str]] = [
     ("slow steps", {"tpot_mean_s": 0.09}, Limits(), "DecodeSessionsFromMeasuredTpot"),
     ("queue", {"prefill_queue": 10.0}, Limits(), "PrefillBacklog"),
     (
-        "calm decode under a budget",
-        {"prefill_queue": 10.0},
-        Limits(gpu_budget=6),
-        "DecodeGrowthYieldsToPressure",
-    ),
-    (
         "a new policy holds",
         {"prefill": X + 5, "decode": Y},
         Limits(),
@@ -326,33 +318,6 @@ def test_release_for_conversion_gives_only_the_surplus_above_keep_and_meets_trim
         Pools((4, 7), (False, False)), need, decided, limits=Limits(), denied=(0, 0), cold_start_faster=True
     )
     assert (decided, reason) == ([6, 7], "")  # cold starts are faster and the budget has room
-
-
-def test_under_a_budget_the_pool_short_now_goes_first() -> None:
-    pools = Pools((2, 3), (False, False))
-    cases = [
-        ((True, False), Limits(gpu_budget=7), [5, 5], [5, 3], "DecodeGrowthYieldsToPressure"),  # its supply
-        ((False, True), Limits(gpu_budget=8), [5, 5], [3, 5], "PrefillGrowthYieldsToPressure"),  # 8 - 5 left
-        ((True, True), Limits(gpu_budget=8), [5, 5], [5, 5], ""),  # both short: the rails share pro rata
-        ((True, False), Limits(), [5, 5], [5, 5], ""),  # no budget: growth competes for nothing
-        ((True, False), Limits(gpu_budget=8), [5, 2], [5, 2], ""),  # the calm pool is not growing
-        ((True, False), Limits(gpu_budget=12), [5, 5], [5, 5], ""),  # the budget holds both: no yield
-        ((True, False), Limits(gpu_budget=9), [5, 5], [5, 4], "DecodeGrowthYieldsToPressure"),  # what is left
-        ((False, True), Limits(gpu_budget=20), [5, 5], [5, 5], ""),  # 2-GPU decode: 5 + 10 fit
-    ]
-    for pressure, limits, asked, expected, reason in cases:
-        recommended = list(asked)
-        gpus = (1, 2) if limits.gpu_budget == 20 else (1, 1)
-        assert share_budget(recommended, pools, pressure, limits, gpus) == reason
-        assert recommended == expected
-
-
-def test_pressure_is_measured_shortage() -> None:
-    assert pressed(observe(0, 2, 2, prefill_queue=2.0), {}) == (True, False)
-    assert pressed(observe(0, 2, 2, prefill_queue=1.0), {}) == (False, False)  # less than one per instance
-    assert pressed(observe(0, 2, 2, decode_waiting=1.0), {}) == (False, True)
-    assert pressed(observe(0, 2, 2, decode_kv_usage=0.97), {}) == (False, True)
-    assert pressed(observe(0, 2, 2), {0: "PrefillTtftMissed", 1: "DecodeTpotMissed"}) == (True, True)
 
 
 def test_missed_slos_blame_the_pool_that_explains_them() -> None:

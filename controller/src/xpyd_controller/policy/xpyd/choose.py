@@ -96,36 +96,3 @@ def release_for_conversion(
             decided[grow] += min(moves, denied[grow])
             return f"{ROLES[give]}ReleasedForConversion"
     return ""
-
-
-def pressed(observation: Observation, missed: dict[int, str]) -> tuple[bool, bool]:
-    """Per pool: is it short *now*, by measurement? Prefill when requests queue for it (one or more per
-    ready instance) or a TTFT miss is its; decode when requests wait on it, its KV cache is full, or a
-    miss is its. Growth the model asks for in a pool showing no pressure is a forecast, not a shortage."""
-    queue, ready = observation.prefill_queue, max(observation.prefill.ready, 1)
-    prefill = 0 in missed or (queue is not None and math.isfinite(queue) and queue >= ready)
-    return prefill, 1 in missed or decode_explains_ttft(observation)
-
-
-def share_budget(
-    recommended: list[int],
-    pools: Pools,
-    pressure: tuple[bool, bool],
-    limits: Limits,
-    gpus: tuple[int, int],
-) -> str:
-    """Under a GPU budget the pool short now goes first (mutates `recommended`): while one pool is under
-    pressure, the other grows only into what the budget leaves beside the pressed pool's
-    recommendation, and never below its supply, so a forecast of its need (lengths measured at
-    completion still describe the mix before a swing) takes no GPU the pressed pool may need next.
-    Where both or neither are pressed, the HPA rails share the budget pro rata."""
-    if limits.gpu_budget is None or pressure[0] == pressure[1]:
-        return ""
-    short = 0 if pressure[0] else 1
-    calm = 1 - short
-    room = (limits.gpu_budget - recommended[short] * gpus[short]) // gpus[calm]
-    allowed = max(pools.supply[calm], room)
-    if recommended[calm] <= allowed:
-        return ""
-    recommended[calm] = allowed
-    return f"{ROLES[calm]}GrowthYieldsToPressure"

@@ -33,10 +33,8 @@ from xpyd_controller.policy.xpyd.choose import (
     ROLES,
     Pools,
     missed_slos,
-    pressed,
     recommend,
     release_for_conversion,
-    share_budget,
 )
 from xpyd_controller.policy.xpyd.config import XpydConfig
 from xpyd_controller.policy.xpyd.correction import DecodeCorrection, Hardware, PrefillCorrection
@@ -116,8 +114,6 @@ class XpydPolicy:
         need, learned = self._need(observation, demand)
         missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
-        gpus = (ctx.prefill_gpus_per_instance, ctx.decode_gpus_per_instance)
-        proposed.append(share_budget(recommended, pools, pressed(observation, missed), limits, gpus))
         layered = self._layers.apply(
             observation.time_s,
             pools.supply,
