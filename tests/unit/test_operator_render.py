@@ -309,7 +309,7 @@ SWITCHES = [
 ROLE_LIVENESS = {
     "exec": {"command": ["sh", "-c", '[ "$(cat /etc/xpyd/podinfo/role)" = "$XPYD_ROLE" ]']},
     "periodSeconds": 1,
-    "failureThreshold": 1,
+    "failureThreshold": 3,
     "timeoutSeconds": 3,
 }
 PODINFO_VOLUME = {

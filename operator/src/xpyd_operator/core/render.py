@@ -301,7 +301,8 @@ def _add_role_liveness(container: dict[str, Any]) -> None:
     container["livenessProbe"] = {
         "exec": {"command": list(ROLE_LIVENESS_COMMAND)},
         "periodSeconds": 1,
-        "failureThreshold": 1,
+        # three in a row: one exec slower than its timeout on a busy node never restarts a serving engine
+        "failureThreshold": 3,
         "timeoutSeconds": ROLE_LIVENESS_TIMEOUT_SECONDS,
     }
 
