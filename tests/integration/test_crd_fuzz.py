@@ -154,6 +154,9 @@ def _fix_cross_field_rules(draw: st.DrawFn, spec: dict[str, Any]) -> None:
     engine = spec["engine"]
     if often() and engine.get("type") == "custom" and not engine.get("command"):
         engine["command"] = ["serve"]
+    conversion = spec.get("conversion")
+    if often() and isinstance(conversion, dict) and conversion.get("switchMethod") == "Routing":
+        engine.pop("version", None)  # Routing renders kv_both: only a version that takes it, or none
     if draw(st.booleans()):  # half the specs ask the controller too (drawn, few would)
         spec.setdefault("autoscaling", {})["mode"] = draw(st.sampled_from(["Advisory", "Auto"]))
     autoscaling = spec.get("autoscaling")
