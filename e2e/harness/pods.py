@@ -96,6 +96,18 @@ def local_argv(container: Mapping[str, Any], binaries: Mapping[str, Path] | None
     return None
 
 
+def runnable_pods(pods: list[Any]) -> dict[str, Any]:
+    """By uid, the pods a kubelet would run now: Running, with a pod IP, not being deleted."""
+    return {
+        pod.metadata.uid: pod
+        for pod in pods
+        if pod.status
+        and pod.status.pod_ip
+        and pod.status.phase == "Running"
+        and not pod.metadata.deletion_timestamp
+    }
+
+
 def field_value(pod: Any, path: str) -> str | None:
     """A downward-API `fieldRef.fieldPath` of `pod` (the fields instance and router pods use)."""
     simple: dict[str, str | None] = {
@@ -207,14 +219,7 @@ class PodRunner:
 
     def sync(self, pods: list[Any]) -> None:
         """Start processes for new runnable pods, stop those of pods that are gone or terminating."""
-        wanted = {
-            pod.metadata.uid: pod
-            for pod in pods
-            if pod.status
-            and pod.status.pod_ip
-            and pod.status.phase == "Running"
-            and not pod.metadata.deletion_timestamp
-        }
+        wanted = runnable_pods(pods)
         with self._lock:
             for uid in [uid for uid in self.running if uid not in wanted]:
                 self._stop_pod(uid)

@@ -41,7 +41,7 @@ from typing import Any
 from kubernetes import client, config
 
 from e2e.harness.cluster import LocalCluster
-from e2e.harness.pods import container_env, field_value, pod_argv
+from e2e.harness.pods import container_env, field_value, pod_argv, runnable_pods
 from e2e.harness.vllm_stack import Running
 
 logger = logging.getLogger(__name__)
@@ -147,14 +147,7 @@ class VllmPodRunner:
             self._stop.wait(POLL_S)
 
     def sync(self, pods: list[Any]) -> None:
-        wanted = {
-            pod.metadata.uid: pod
-            for pod in pods
-            if pod.status
-            and pod.status.pod_ip
-            and pod.status.phase == "Running"
-            and not pod.metadata.deletion_timestamp
-        }
+        wanted = runnable_pods(pods)
         with self._lock:
             for uid in [uid for uid in self.containers if uid not in wanted]:
                 container = self.containers.pop(uid)
