@@ -59,11 +59,24 @@ OPERATOR_SETTINGS = {
     "XPYD_ACTIVE_POLL_SECONDS": "0.5",
     "XPYD_PROBE_POD_IP": "true",  # read the engines' in-flight and the router's pools at their pod IPs
 }
-# Every engine computes on core 0 (one OpenMP thread each, bound): the pools' env must not differ, since
-# an instance converted by relabelling keeps its pod, and a pod whose template (env included) is the
-# other role's would be rolled as outdated. The rest (NIXL's polling, API servers, router, cluster)
-# floats.
-ENGINE_ENV = [*CPU_ENGINE_ENV, {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "0"}]
+# Each engine computes with one OpenMP thread. The pools' env must not differ (an instance converted by
+# relabelling keeps its pod, and a pod whose template, env included, is the other role's would be
+# rolled as outdated), so a core binding puts every engine on the same core. While requests come, a
+# vLLM worker does not sleep between them: its input queue spins for a second after each read, and
+# NIXL's UCX progress thread polls (about 0.6 core per engine here). A converted engine that restarts
+# (InPlace) starts beside two such engines: bound to their core it got 1-5 % of it and did not start
+# within 15 minutes, so InPlace stacks run unbound (it then starts in 5-9 minutes). Routing stacks,
+# whose engines never restart, keep the binding to core 0 they always passed with: one unbound Routing
+# run failed a request when the converted engine's first NIXL handshake with the remaining prefill got
+# no answer within vLLM's fixed 5 s.
+ENGINE_ENV = {
+    "Routing": [*CPU_ENGINE_ENV, {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "0"}],
+    "InPlace": [
+        *CPU_ENGINE_ENV,
+        {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "nobind"},
+        {"name": "OMP_NUM_THREADS", "value": "1"},
+    ],
+}
 ENGINE_ARGS = ["--max-model-len", "1024", "--num-gpu-blocks-override", "256", "--enforce-eager"]
 PROMPT_TOKENS = 96
 OUTPUT_TOKENS = 8
@@ -86,7 +99,7 @@ def conversion_manifest(
                 "image": "vllm-cpu:0.32.0",
                 "port": engine_port,
                 "args": ENGINE_ARGS,
-                "env": ENGINE_ENV,
+                "env": ENGINE_ENV[switch_method],
             },
             "prefill": {"replicas": 2},
             "decode": {"replicas": 1},
