@@ -79,6 +79,13 @@ def test_a_new_stabilizer_holds_what_it_found_while_the_inputs_settle_and_never_
     assert stabilizer.apply(15, 8, 4, settle_s=10) == (4, "")  # settled: the found 8 is gone for good
 
 
+def test_a_stabilizer_reports_the_largest_recommendation_since_a_time() -> None:
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    for time_s, recommended in ((0, 6), (15, 9), (30, 4), (45, 5)):
+        stabilizer.apply(time_s, 6, recommended)
+    assert [stabilizer.largest_since(t) for t in (0, 16, 45, 46)] == [9, 5, 5, 0]
+
+
 def test_a_restarted_stabilizer_holds_the_count_it_finds_for_a_window_falling_or_not() -> None:
     stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
     stabilizer.apply(0, 2, 2)

@@ -320,6 +320,33 @@ def test_release_for_conversion_gives_only_the_surplus_above_keep_and_meets_trim
     assert (decided, reason) == ([6, 7], "")  # cold starts are faster and the budget has room
 
 
+def test_release_for_conversion_keeps_what_the_giver_was_asked_to_hold_over_a_conversion() -> None:
+    need = Need(floor=(2, 3), keep=(3, 4), binding="")
+    for recent, expected in (((0, 6), ([6, 6], "DecodeReleasedForConversion")), ((0, 7), ([6, 7], ""))):
+        decided = [6, 7]
+        reason = release_for_conversion(
+            Pools((4, 7), (False, False)),
+            need,
+            decided,
+            limits=Limits(),
+            denied=(0, 0),
+            cold_start_faster=False,
+            recent=recent,
+        )
+        assert (decided, reason) == expected  # decode was asked for 6 (7) lately: it gives 1 (none)
+
+
+def test_a_pool_gives_no_instance_it_needed_within_the_last_conversion_time() -> None:
+    x, y = model_plan(20.0)
+    scaler = policy()
+    scaler.decide(observe(0, x - 2, y + 2, arrival_rate=40.0), Limits())  # decode needed y + 2 then
+    scaler._demand.lead_times.seconds["conversion"] = 30.0  # as if a conversion had been timed
+    held = scaler.decide(observe(15, x - 2, y + 2), Limits())
+    assert "DecodeReleasedForConversion" not in held.reasons  # 15 s ago is within a conversion
+    later = scaler.decide(observe(60, x - 2, y + 2), Limits())
+    assert "DecodeReleasedForConversion" in later.reasons
+
+
 def test_missed_slos_blame_the_pool_that_explains_them() -> None:
     base = observe(0, 4, 4, ttft_p90_s=1.0, tpot_p90_s=0.2)
     assert missed_slos(base, 0.6, 0.1) == {0: "PrefillTtftMissed", 1: "DecodeTpotMissed"}

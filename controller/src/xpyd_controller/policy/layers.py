@@ -100,6 +100,10 @@ class Stabilizer:
             )
         return result, "ScaleDownStabilized"
 
+    def largest_since(self, since_s: float) -> int:
+        """The largest recommendation recorded at or after `since_s` (0 when none)."""
+        return max((count for t, count in self._history if t >= since_s), default=0)
+
     def _found_holding(self, time_s: float, current: int, settle_s: float) -> int:
         """The found count while it holds, else 0."""
         if self._settled:
@@ -301,6 +305,11 @@ class ScalingLayers:
         self.time_s = maybe_number(data, "timeS", high=latest_s)
         self._stabilizers = [stabilizer for stabilizer, _ in fresh]
         self._limiters = [limiter for _, limiter in fresh]
+
+    def largest_since(self, since_s: float) -> tuple[int, int]:
+        """Each pool's largest recommendation recorded at or after `since_s`."""
+        prefill, decode = (stabilizer.largest_since(since_s) for stabilizer in self._stabilizers)
+        return prefill, decode
 
     def forget(self) -> None:
         """The windows are lost: hold what is found for a down window (`Stabilizer.forget`)."""

@@ -75,6 +75,7 @@ def release_for_conversion(
     limits: Limits,
     denied: tuple[int, int],
     cold_start_faster: bool,
+    recent: tuple[int, int] = (0, 0),
 ) -> str:
     """Let a pool above its floor give instances to a pool that grows now (mutates `decided`).
 
@@ -83,13 +84,17 @@ def release_for_conversion(
     converted in place (seconds) where the other pool would cold-start one (minutes). `denied` is growth
     the GPU budget trimmed: with the budget spent, the growing pool gets exactly what the other releases.
     When cold starts were measured to serve sooner than conversions, only budget-trimmed growth pairs.
+    `recent` is each pool's largest recommendation over the last conversion's lead time: a surplus
+    gives only what the pool was not asked to hold over that time, since a conversion takes an
+    instance out of service for that long and a mix that swings back sooner would need it again.
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, give in ((0, 1), (1, 0)):
         growth = max(0, decided[grow] - pools.supply[grow]) + denied[grow]
         if cold_start_faster:
             growth = denied[grow]
-        surplus = min(decided[give], pools.supply[give]) - max(need.keep[give], minimums[give])
+        held = max(need.keep[give], minimums[give], recent[give])
+        surplus = min(decided[give], pools.supply[give]) - held
         if growth > 0 and surplus > 0 and not pools.in_flight[give]:
             moves = min(growth, surplus)
             decided[give] = min(decided[give], pools.supply[give]) - moves

@@ -10,7 +10,8 @@ Each decision, in order:
 4. need (`need.py`): the capacity model's floor and the size to shrink to, for both pools;
 5. proposals (`choose.py`): up to the floor, down to the band, one more where a measured p90 missed;
 6. the HPA rails (`layers.py`): stabilisation windows, min/max and the GPU budget, rate limits;
-7. conversion: a pool above its floor releases instances to a pool that grows now.
+7. conversion: a pool above its floor releases instances to a pool that grows now, keeping what it
+   was asked to hold over the last conversion's lead time.
 
 A missing arrival rate holds everything; lengths missing scale up on the last known ones, never down.
 """
@@ -122,7 +123,7 @@ class XpydPolicy:
             settle_s=self.config.down_window_s,  # the HPA's first recommendation: the replicas it finds
         )
         decided, released = self._release(
-            pools, need, demand, limits, recommended=recommended, layered=layered
+            observation.time_s, pools, need, demand, limits, recommended=recommended, layered=layered
         )
         self._demand.lead_times.asked(observation.time_s, pools.supply, decided)
         if demand.rise > 0 or demand.prefill_rise > 0:
@@ -161,6 +162,7 @@ class XpydPolicy:
 
     def _release(
         self,
+        time_s: float,
         pools: Pools,
         need: Need,
         demand: Demand,
@@ -181,10 +183,14 @@ class XpydPolicy:
             max(0, min(want, high) - got) if layered.bound == "gpu_budget" else 0
             for want, high, got in zip(recommended, maxima, decided, strict=True)
         )
+        # A conversion pays off only if the giver's surplus outlasts it: the giver keeps the largest size
+        # recommended to it over the last measured conversion's lead time (none until one is measured).
+        since = time_s - self._demand.lead_times.seconds.get(CONVERSION, 0.0)
         released = release_for_conversion(
             pools,
             need,
             decided,
+            recent=self._layers.largest_since(since),
             limits=limits,
             denied=(denied[0], denied[1]),
             cold_start_faster=self._demand.lead_times.cold_start_faster(),
