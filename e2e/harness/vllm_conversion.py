@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.harness.cluster import LocalCluster
+from e2e.harness.cluster import ClusterError, LocalCluster
 from e2e.harness.pods import PodRunner, running_pods
 from e2e.harness.procs import free_port, wait_until
 from e2e.harness.vllm_engine import vllm_env_dir
@@ -200,8 +200,12 @@ class ConversionStack:
         return {p["metadata"]["name"]: p["metadata"]["labels"][LABEL_ROLE] for p in self.pods()}
 
     def settled(self, prefill: int, decode: int) -> bool:
-        """Every instance serving in its role, none in a transition, and the counts as given."""
-        pods = self.pods()
+        """Every instance serving in its role, none in a transition, and the counts as given (not yet
+        when the API server does not answer: on 2 cores, starting engines can starve it for seconds)."""
+        try:
+            pods = self.pods()
+        except ClusterError:
+            return False
         labels = [p["metadata"]["labels"] for p in pods]
         quiet = all(ANNOTATION_TRANSITION not in (p["metadata"].get("annotations") or {}) for p in pods)
         counts = sorted(label[LABEL_ROLE] for label in labels)
