@@ -66,9 +66,7 @@ OPERATOR_SETTINGS = {
 # NIXL's UCX progress thread polls (about 0.6 core per engine here). A converted engine that restarts
 # (InPlace) starts beside two such engines: bound to their core it got 1-5 % of it and did not start
 # within 15 minutes, so InPlace stacks run unbound (it then starts in 5-9 minutes). Routing stacks,
-# whose engines never restart, keep the binding to core 0 they always passed with: one unbound Routing
-# run failed a request when the converted engine's first NIXL handshake with the remaining prefill got
-# no answer within vLLM's fixed 5 s.
+# whose engines never restart, keep the binding to core 0.
 ENGINE_ENV = {
     "Routing": [*CPU_ENGINE_ENV, {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "0"}],
     "InPlace": [
@@ -245,6 +243,18 @@ class ConversionStack:
             for name, container in self.engines.by_pod().items()
         }
 
+    def pull_directly(self, decoding: str, prefilling: str) -> None:
+        """One request prefilled on `prefilling` and decoded on `decoding`, sent to the two engines as
+        vLLM's disaggregated proxy sends them (the prefill asked with `do_remote_decode`, its answer's
+        `kv_transfer_params` given to the decode), so `decoding` pulls KV from `prefilling` over NIXL."""
+        engines = self.engines.by_pod()
+        body: dict[str, Any] = {"model": str(self.model), "prompt": "1 2 3 4 5 6 7 8", "ignore_eos": True}
+        asked = {"do_remote_decode": True, "do_remote_prefill": False}
+        prefilled = _complete(engines[prefilling].url, {**body, "max_tokens": 1, "kv_transfer_params": asked})
+        params = prefilled.get("kv_transfer_params")
+        assert params, f"{prefilling} answered no kv_transfer_params: {prefilled}"
+        _complete(engines[decoding].url, {**body, "max_tokens": OUTPUT_TOKENS, "kv_transfer_params": params})
+
     def in_flight(self) -> dict[str, int | None]:
         return {
             name: engine_client.read_in_flight(f"{c.url}/metrics", EngineType.VLLM, 2.0)
@@ -265,6 +275,14 @@ class ConversionStack:
             f"engines {describe(self.engines)}; restarts {self.engines.restarted}; roles {self.roles()}; "
             f"conversions {self.conversions()}"
         )
+
+
+def _complete(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return dict(json.loads(response.read()))
 
 
 def _metrics(url: str) -> str:

@@ -5,6 +5,10 @@ the `vllm` command (the cached CPU build, vllm_engine.py), on the pod's loopback
 
 - it starts the container from the pod as it is (env from the downward API, `$(VAR)` in args expanded,
   e2e/harness/pods.py resolves both) in its own session, and stops its process group when the pod goes;
+- at a lower CPU priority (`ENGINE_NICE`) than the cluster, the operator, the router and the test, as a
+  node's kubelet keeps system and control-plane work in reserved cgroups and a control-plane node apart:
+  a vLLM worker on CPU does not sleep while requests come (its input queue spins for a second after
+  each read, NIXL's UCX progress thread polls), and at equal priority engines starved the API server;
 - readiness: the pod's Ready condition is False from the container's (re)start until the engine answers
   its readiness probe's path, then True (kwok marks a pod Ready at once; a vLLM start takes minutes);
 - liveness: an `exec` livenessProbe is run every `periodSeconds` with the container's environment and
@@ -47,6 +51,7 @@ from e2e.harness.vllm_stack import Running
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
+ENGINE_NICE = 10  # niceness added to engine containers: about a tenth of the cluster's CPU weight
 HEALTH_TIMEOUT_S = 2.0
 PROBE_TIMEOUT_S = 5.0
 
@@ -190,7 +195,7 @@ class VllmPodRunner:
             )
             log.flush()
             popen = subprocess.Popen(
-                argv,
+                ["nice", "-n", str(ENGINE_NICE), *argv],  # nice runs the engine in its own process
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.base_env | env,
