@@ -105,10 +105,23 @@ def test_a_restored_stabilizer_continues_the_window_it_is_given() -> None:
     assert stabilizer.apply(401, 6, 4) == (4, "")
     assert stabilizer.state() == {
         "history": [[200, 4], [301, 4], [401, 4]],
+        "kept": [[200, 4], [301, 4], [401, 4]],
         "restarted": False,
         "found": [],
         "settled": True,
     }
+
+
+def test_a_scale_in_holds_only_what_is_kept_of_the_recommendations() -> None:
+    """Growth a caller does not keep (a backlog's, which drains once) goes as soon as it is no longer
+    recommended; what it keeps holds for the down window."""
+    stabilizer = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    assert stabilizer.apply(0, 4, 4) == (4, "")
+    assert stabilizer.apply(15, 4, 12, kept=6) == (12, "")  # up to the recommendation
+    assert stabilizer.apply(30, 12, 12, kept=6) == (12, "")  # never below the recommendation
+    assert stabilizer.apply(45, 12, 5, kept=5) == (6, "ScaleDownStabilized")  # the kept 6 holds
+    assert stabilizer.largest_since(0) == 12  # what a conversion weighs: the recommendations
+    assert stabilizer.apply(331, 6, 5, kept=5) == (5, "")  # 30 s has left the window
 
 
 def _through_json(state: dict[str, Any]) -> Any:

@@ -35,7 +35,9 @@ class Stabilizer:
 
     The count found at the first call may hold as a recommendation too. A new policy holds it for the
     `settle_s` its caller says its inputs need (the HPA's: a down window, since it records the current
-    replicas as its first recommendation; 0: the first recommendation counts at once). One restarted
+    replicas as its first recommendation; 0: the first recommendation counts at once). A caller may
+    say what of a recommendation a scale-in must keep (`kept`, at most the recommendation): growth for
+    work that drains once, as a backlog, is then not held for the down window. One restarted
     without its window's recommendations (`forget`) holds it for a full down window, so it never
     scales in before it has watched one; given them back (`restore`, from the PDDeployment's status)
     it simply continues the window. On a `falling` load the down window is
@@ -47,6 +49,7 @@ class Stabilizer:
     up_window_s: float
     down_window_s: float
     _history: deque[tuple[float, int]] = field(default_factory=deque)
+    _kept: deque[tuple[float, int]] = field(default_factory=deque)  # what a scale-in keeps, per call
     _restarted: bool = False
     _found: tuple[float, int] | None = None
     _settled: bool = False
@@ -54,11 +57,13 @@ class Stabilizer:
     def forget(self) -> None:
         """Restarted without the window's recommendations: the next call's found count stands in."""
         self._history.clear()
+        self._kept.clear()
         self._restarted, self._found, self._settled = True, None, False
 
     def state(self) -> dict[str, Any]:
         return {
             "history": [[t, n] for t, n in self._history],
+            "kept": [[t, n] for t, n in self._kept],
             "restarted": self._restarted,
             "found": [] if self._found is None else [list(self._found)],
             "settled": self._settled,
@@ -66,8 +71,10 @@ class Stabilizer:
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
         history = rows(data, "history", (False, True), latest_s=latest_s)
+        kept = rows(data, "kept", (False, True), latest_s=latest_s) if "kept" in data else history
         found = rows(data, "found", (False, True), latest_s=latest_s)[:1]
         self._history = deque((t, int(n)) for t, n in history)
+        self._kept = deque((t, int(n)) for t, n in kept)
         self._restarted, self._settled = flag(data, "restarted"), flag(data, "settled")
         self._found = (found[0][0], int(found[0][1])) if found else None
 
@@ -79,15 +86,13 @@ class Stabilizer:
         *,
         falling: bool = False,
         settle_s: float = 0.0,
+        kept: int | None = None,
     ) -> tuple[int, str]:
         found = self._found_holding(time_s, current, settle_s)
-        self._history.append((time_s, recommended))
-        horizon = time_s - max(self.up_window_s, self.down_window_s)
-        while self._history and self._history[0][0] < horizon:
-            self._history.popleft()
+        self._record(time_s, recommended, recommended if kept is None else min(kept, recommended))
         up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
         down_since = time_s if falling else time_s - self.down_window_s
-        down = max(count for t, count in self._history if t >= down_since)
+        down = max(recommended, *(count for t, count in self._kept if t >= down_since))
         result = up if up > current else max(down, found) if max(down, found) < current else current
         if result == recommended:
             return result, ""
@@ -99,6 +104,15 @@ class Stabilizer:
                 "ScaleDownHeldAfterRestart" if self._restarted else "ScaleDownHeldWhileInputsSettle",
             )
         return result, "ScaleDownStabilized"
+
+    def _record(self, time_s: float, recommended: int, kept: int) -> None:
+        """Keep this call's recommendation and kept count; drop what has left both windows."""
+        self._history.append((time_s, recommended))
+        self._kept.append((time_s, kept))
+        horizon = time_s - max(self.up_window_s, self.down_window_s)
+        for history in (self._history, self._kept):
+            while history and history[0][0] < horizon:
+                history.popleft()
 
     def largest_since(self, since_s: float) -> int:
         """The largest recommendation recorded at or after `since_s` (0 when none)."""
@@ -326,17 +340,18 @@ class ScalingLayers:
         *,
         falling: bool = False,
         settle_s: float = 0.0,
+        kept: tuple[int, int] | None = None,
     ) -> Layered:
         """`current` is each pool's expected supply; a `held` pool keeps it (in-flight guard); on a
         `falling` load scale-ins skip the down window; a new policy holds the sizes it found for the
-        `settle_s` its inputs need (`Stabilizer`)."""
+        `settle_s` its inputs need; a scale-in keeps `kept` of the recommendation (`Stabilizer`)."""
         self.time_s = time_s
         reasons: list[str] = []
         stable = []
-        for role, stabilizer, now, asked in zip(
-            self.ROLES, self._stabilizers, current, recommended, strict=True
+        for role, stabilizer, now, asked, keep in zip(
+            self.ROLES, self._stabilizers, current, recommended, kept or recommended, strict=True
         ):
-            count, why = stabilizer.apply(time_s, now, asked, falling=falling, settle_s=settle_s)
+            count, why = stabilizer.apply(time_s, now, asked, falling=falling, settle_s=settle_s, kept=keep)
             stable.append(count)
             reasons.append(why and role + why)
         bounded = clamp(stable[0], stable[1], limits, self.prefill_gpus, self.decode_gpus)
