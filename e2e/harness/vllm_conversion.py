@@ -33,6 +33,7 @@ from e2e.harness.vllm_stack import (
     _base_env,
     _logs_in_memory,
     _shared_memory_released,
+    completion_request,
     metric_sum,
 )
 from xpyd_api.engines import EngineType
@@ -144,11 +145,7 @@ class Traffic:
         # token ids as words of the locally trained byte-level tokenizer; distinct per request
         prompt = " ".join(str(self._random.randrange(10_000)) for _ in range(PROMPT_TOKENS // 2))
         body = {"model": str(self.model), "prompt": prompt, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True}
-        request = urllib.request.Request(
-            f"{self.router_url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
+        request = completion_request(self.router_url, body)
         started = time.monotonic()
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
@@ -278,10 +275,7 @@ class ConversionStack:
 
 
 def _complete(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
+    with urllib.request.urlopen(completion_request(url, body), timeout=120) as response:
         return dict(json.loads(response.read()))
 
 

@@ -500,13 +500,15 @@ def warm_up(router_url: str, model: Path, spec: LoadSpec, requests: int) -> None
         "ignore_eos": True,
     }
     for _ in range(requests):
-        request = urllib.request.Request(
-            f"{router_url}/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=300) as response:
+        with urllib.request.urlopen(completion_request(router_url, body), timeout=300) as response:
             response.read()
+
+
+def completion_request(url: str, body: dict[str, Any]) -> urllib.request.Request:
+    """A POST of `body` to `url`'s OpenAI completions endpoint (a router's or an engine's)."""
+    return urllib.request.Request(
+        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
 
 
 def ttft_legs(source: PrometheusSource, scope: Scope) -> dict[str, float | None]:
