@@ -105,7 +105,7 @@ def test_a_restored_stabilizer_continues_the_window_it_is_given() -> None:
     assert stabilizer.apply(401, 6, 4) == (4, "")
     assert stabilizer.state() == {
         "history": [[200, 4], [301, 4], [401, 4]],
-        "kept": [[200, 4], [301, 4], [401, 4]],
+        "kept": [],
         "restarted": False,
         "found": [],
         "settled": True,
@@ -121,6 +121,12 @@ def test_a_scale_in_holds_only_what_is_kept_of_the_recommendations() -> None:
     assert stabilizer.apply(30, 12, 12, kept=6) == (12, "")  # never below the recommendation
     assert stabilizer.apply(45, 12, 5, kept=5) == (6, "ScaleDownStabilized")  # the kept 6 holds
     assert stabilizer.largest_since(0) == 12  # what a conversion weighs: the recommendations
+    kept_state = stabilizer.state()
+    assert kept_state["kept"] == [[15, 6], [30, 6]]  # kept only where it differs from the recommendation
+    resumed = Stabilizer(up_window_s=0.0, down_window_s=300.0)
+    resumed.restore(_through_json(kept_state), 45.0)
+    assert resumed.state() == kept_state
+    assert resumed.apply(60, 6, 5, kept=5) == (6, "ScaleDownStabilized")
     assert stabilizer.apply(331, 6, 5, kept=5) == (5, "")  # 30 s has left the window
 
 

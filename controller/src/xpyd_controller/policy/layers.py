@@ -48,8 +48,8 @@ class Stabilizer:
 
     up_window_s: float
     down_window_s: float
-    _history: deque[tuple[float, int]] = field(default_factory=deque)
-    _kept: deque[tuple[float, int]] = field(default_factory=deque)  # what a scale-in keeps, per call
+    # Per call: its time, the recommendation, and what of it a scale-in keeps.
+    _history: deque[tuple[float, int, int]] = field(default_factory=deque)
     _restarted: bool = False
     _found: tuple[float, int] | None = None
     _settled: bool = False
@@ -57,13 +57,12 @@ class Stabilizer:
     def forget(self) -> None:
         """Restarted without the window's recommendations: the next call's found count stands in."""
         self._history.clear()
-        self._kept.clear()
         self._restarted, self._found, self._settled = True, None, False
 
     def state(self) -> dict[str, Any]:
         return {
-            "history": [[t, n] for t, n in self._history],
-            "kept": [[t, n] for t, n in self._kept],
+            "history": [[t, n] for t, n, _ in self._history],
+            "kept": [[t, k] for t, n, k in self._history if k != n],  # only where it differs
             "restarted": self._restarted,
             "found": [] if self._found is None else [list(self._found)],
             "settled": self._settled,
@@ -71,10 +70,10 @@ class Stabilizer:
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
         history = rows(data, "history", (False, True), latest_s=latest_s)
-        kept = rows(data, "kept", (False, True), latest_s=latest_s) if "kept" in data else history
+        kept_rows = rows(data, "kept", (False, True), latest_s=latest_s) if "kept" in data else []
+        kept = {t: n for t, n in kept_rows}
         found = rows(data, "found", (False, True), latest_s=latest_s)[:1]
-        self._history = deque((t, int(n)) for t, n in history)
-        self._kept = deque((t, int(n)) for t, n in kept)
+        self._history = deque((t, int(n), int(min(kept.get(t, n), n))) for t, n in history)
         self._restarted, self._settled = flag(data, "restarted"), flag(data, "settled")
         self._found = (found[0][0], int(found[0][1])) if found else None
 
@@ -90,9 +89,9 @@ class Stabilizer:
     ) -> tuple[int, str]:
         found = self._found_holding(time_s, current, settle_s)
         self._record(time_s, recommended, recommended if kept is None else min(kept, recommended))
-        up = min(count for t, count in self._history if t >= time_s - self.up_window_s)
+        up = min(count for t, count, _ in self._history if t >= time_s - self.up_window_s)
         down_since = time_s if falling else time_s - self.down_window_s
-        down = max(recommended, *(count for t, count in self._kept if t >= down_since))
+        down = max(recommended, *(keep for t, _, keep in self._history if t >= down_since))
         result = up if up > current else max(down, found) if max(down, found) < current else current
         if result == recommended:
             return result, ""
@@ -107,16 +106,14 @@ class Stabilizer:
 
     def _record(self, time_s: float, recommended: int, kept: int) -> None:
         """Keep this call's recommendation and kept count; drop what has left both windows."""
-        self._history.append((time_s, recommended))
-        self._kept.append((time_s, kept))
+        self._history.append((time_s, recommended, kept))
         horizon = time_s - max(self.up_window_s, self.down_window_s)
-        for history in (self._history, self._kept):
-            while history and history[0][0] < horizon:
-                history.popleft()
+        while self._history and self._history[0][0] < horizon:
+            self._history.popleft()
 
     def largest_since(self, since_s: float) -> int:
         """The largest recommendation recorded at or after `since_s` (0 when none)."""
-        return max((count for t, count in self._history if t >= since_s), default=0)
+        return max((count for t, count, _ in self._history if t >= since_s), default=0)
 
     def _found_holding(self, time_s: float, current: int, settle_s: float) -> int:
         """The found count while it holds, else 0."""

@@ -1,17 +1,18 @@
 """The capacity model's answer: instances each pool needs for a demand, and the size it may shrink to.
 
-One `size_pools` call sizes four rows: prefill at its load (arrivals grown by the forecast of its
-work, and the backlog, times the learned correction) and at that load × (1 + tolerance), decode at the arrival rate (with its
-forecast rise) and at that rate × (1 + tolerance). The first of each pair is the floor (below it the
-pool misses its SLO), the second the size a pool above it shrinks to (so N−1 still meets the SLO with
-the tolerance to spare, and noise does not flap it). Decode's sessions are floored by the requests it
+One `size_pools` call sizes six rows: prefill at its load (arrivals grown by the forecast of its
+work, and the backlog, times the learned correction) and at that load × (1 + tolerance), decode at the
+arrival rate (with its forecast rise) and at that rate × (1 + tolerance), and prefill's two again
+without the backlog. The first of each pair is the floor (below it the pool misses its SLO), the second
+the size a pool above it shrinks to (so N−1 still meets the SLO with the tolerance to spare, and noise
+does not flap it); the backlog-free pair is what the arrivals alone need (`Need.drained`). Decode's sessions are floored by the requests it
 holds now (`DecodeMeasurement`), so a pool whose answers got longer than the lengths say still grows.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,6 +46,14 @@ class Need:
     binding: str
     reasons: tuple[str, ...] = ()
     details: dict[str, float] = field(default_factory=dict)
+    prefill_drained: tuple[int, int] | None = None  # prefill's (floor, keep) without the backlog
+
+    def drained(self) -> Need:
+        """The need once the backlog has drained: the arrivals' alone."""
+        if self.prefill_drained is None:
+            return self
+        (floor, keep) = self.prefill_drained
+        return replace(self, floor=(floor, self.floor[1]), keep=(keep, self.keep[1]), prefill_drained=None)
 
 
 def decode_measurement(observation: Observation, kv_scale: float) -> DecodeMeasurement:
@@ -67,9 +76,17 @@ def pool_need(
     if demand.rate == 0 and demand.backlog_rate == 0:
         return Need((0, 0), (0, 0), "zero_traffic", ("ZeroTraffic",))
     prefill_rate = (demand.prefill_rate + demand.backlog_rate) * correction
+    arrivals_only = demand.prefill_rate * correction
     lengths = demand.lengths
     rates = np.array(
-        [prefill_rate, prefill_rate * (1 + tolerance), demand.rate, demand.rate * (1 + tolerance)]
+        [
+            prefill_rate,
+            prefill_rate * (1 + tolerance),
+            demand.rate,
+            demand.rate * (1 + tolerance),
+            arrivals_only,
+            arrivals_only * (1 + tolerance),
+        ]
     )
     workload = Workload(rates, lengths.isl, lengths.osl, lengths.hit_rate, lengths.isl_std, lengths.osl_std)
     plan = size_pools(
@@ -93,4 +110,5 @@ def pool_need(
         reasons.append("DecodeInfeasible")
         floor, keep = (floor[0], 0), (keep[0], INFEASIBLE)
     binding = f"prefill_{plan.prefill_binding[0]}+decode_{plan.decode_batch_bound[2]}"
-    return Need(floor, keep, binding, tuple(r for r in reasons if r), details)
+    drained = (int(plan.prefill_instances[4]), int(plan.prefill_instances[5]))
+    return Need(floor, keep, binding, tuple(r for r in reasons if r), details, drained)

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xpyd_controller.model.sizing import DecodeMeasurement, PoolConfig, Slo
+from xpyd_controller.model.sizing import PoolConfig, Slo
 from xpyd_controller.model.specs import GpuSpec
 from xpyd_controller.policy.context import PolicyContext
 from xpyd_controller.policy.layers import InFlightGuard, Layered, ScalingLayers, resume_parts
@@ -114,22 +114,13 @@ class XpydPolicy:
         demand = self._demand.observe(observation)
         if isinstance(demand, str):
             return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
-        need, learned, measured = self._need(observation, demand)
+        need, learned = self._need(observation, demand)
         missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
         # What the down window holds: the arrivals' need, not growth for the backlog (it drains once)
         # nor a pool held at its supply while instances start or drain.
-        drained = need
-        if demand.backlog_rate > 0:
-            drained = pool_need(
-                self._hardware,
-                dataclasses.replace(demand, backlog_rate=0.0),
-                self._correction.factor,
-                self.config.tolerance,
-                measured,
-            )
         settled = Pools(pools.supply, (False, False))
-        kept, _ = recommend(settled, drained, partial=demand.partial, missed=missed)
+        kept, _ = recommend(settled, need.drained(), partial=demand.partial, missed=missed)
         layered = self._layers.apply(
             observation.time_s,
             pools.supply,
@@ -154,12 +145,9 @@ class XpydPolicy:
             details=self._details(demand, need, pools) | learned,
         )
 
-    def _need(
-        self, observation: Observation, demand: Demand
-    ) -> tuple[Need, dict[str, float], DecodeMeasurement]:
+    def _need(self, observation: Observation, demand: Demand) -> tuple[Need, dict[str, float]]:
         """Both corrections updated from this window, then the pools' need sized with them; also the
-        corrections' values (and the targets this window proposed) for the decision's details, and
-        the decode measurement it was sized with."""
+        corrections' values (and the targets this window proposed) for the decision's details."""
         target = self._correction.target(observation, demand.lengths, self._hardware)
         self._correction.update(observation.time_s, target)
         measured = decode_measurement(observation, self._kv_correction.factor)
@@ -177,7 +165,7 @@ class XpydPolicy:
             learned["prefill_correction_target"] = target
         if kv_target is not None:
             learned["decode_kv_correction_target"] = kv_target
-        return need, learned, measured
+        return need, learned
 
     def _release(
         self,
