@@ -266,6 +266,33 @@ def test_enforce_limits(
     assert ((bounded.prefill, bounded.decode), bounded.reasons) == (expected, reasons)
 
 
+def test_a_binding_budget_moves_an_instance_between_the_pools_only_after_a_down_window() -> None:
+    """Under a budget one pool grows only by what the other gives up, a scale-in of the giver: it is
+    stabilised as one, so an ask that flips by one instance does not move instances back and forth."""
+    layers = ScalingLayers(ScalingBehavior(down_window_s=300.0), 1, 1)
+    limits = Limits(prefill_max=20, decode_max=20, gpu_budget=14)
+    steady = layers.apply(0.0, (6, 8), (6, 8), limits)
+    assert (steady.prefill, steady.decode) == (6, 8)
+    asked_more = layers.apply(15.0, (6, 8), (6, 10), limits)
+    assert (asked_more.prefill, asked_more.decode) == (6, 8)
+    assert "PrefillShareHeldUnderGpuBudget" in asked_more.reasons
+    assert "GrowthTrimmedToGpuBudget" in asked_more.reasons
+    for time_s in range(30, 316, 15):
+        layers.apply(float(time_s), (6, 8), (6, 10), limits)
+    moved = layers.apply(330.0, (6, 8), (6, 10), limits)  # the share of 6 has left the window
+    assert (moved.prefill, moved.decode) == (5, 9)
+
+
+def test_a_budget_takes_at_once_what_a_pool_does_not_keep() -> None:
+    """A share granted for work that drains once (what the caller does not keep) is not held."""
+    layers = ScalingLayers(ScalingBehavior(down_window_s=300.0, down_percent=100.0), 1, 1)
+    limits = Limits(prefill_max=20, decode_max=20, gpu_budget=14)
+    layers.apply(0.0, (10, 4), (10, 4), limits, kept=(6, 4))
+    moved = layers.apply(15.0, (10, 4), (10, 8), limits, kept=(6, 8))
+    assert (moved.prefill, moved.decode) == (8, 6)  # the budget's proportional split, at once
+    assert "PrefillShareHeldUnderGpuBudget" not in moved.reasons
+
+
 def test_layers_hold_an_in_flight_pool() -> None:
     layers = ScalingLayers(ScalingBehavior(), 1, 1)
     result = layers.apply(0.0, (2, 2), (5, 5), Limits(), held=(True, False))

@@ -1,7 +1,8 @@
 """The HPA-style layers an autoscaler stacks on top of a raw recommendation, one small class each.
 
 Order (as in the Kubernetes HPA): recommendation → stabilisation window → min/max and GPU budget →
-rate limit → in-flight guard → hard limits. Each layer works on one pool's instance count and
+rate limit → in-flight guard → hard limits. A pool the GPU budget shrinks to let the other grow is
+stabilised too: it gives up instances only once its share has been smaller for a down window. Each layer works on one pool's instance count and
 returns the count plus a CamelCase reason when it changed the answer; the policies compose them.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from xpyd_controller.policy.context import PolicyConfigError
-from xpyd_controller.policy.limits import clamp
+from xpyd_controller.policy.limits import Clamped, clamp
 from xpyd_controller.policy.state import (
     JsonMap,
     StateError,
@@ -292,13 +293,17 @@ class ScalingLayers:
         self.prefill_gpus = prefill_gpus
         self.decode_gpus = decode_gpus
         self._stabilizers = [Stabilizer(behavior.up_window_s, behavior.down_window_s) for _ in self.ROLES]
+        # Each pool's share of a binding budget: a move between the pools is a scale-in of one of them.
+        self._shares = [Stabilizer(0.0, behavior.down_window_s) for _ in self.ROLES]
         self._limiters = [RateLimiter(behavior) for _ in self.ROLES]
         self.time_s: float | None = None  # the last `apply`'s
 
     def state(self) -> dict[str, Any]:
         pools = {
-            role.lower(): {"window": stabilizer.state(), "rate": limiter.state()}
-            for role, stabilizer, limiter in zip(self.ROLES, self._stabilizers, self._limiters, strict=True)
+            role.lower(): {"window": stabilizer.state(), "share": share.state(), "rate": limiter.state()}
+            for role, stabilizer, share, limiter in zip(
+                self.ROLES, self._stabilizers, self._shares, self._limiters, strict=True
+            )
         }
         return {"timeS": self.time_s, **pools}
 
@@ -306,16 +311,23 @@ class ScalingLayers:
         """Continue from `state()`'s output, nothing in it later than `latest_s` (a `StateError`
         leaves this unchanged)."""
         fresh = [
-            (Stabilizer(old.up_window_s, old.down_window_s), RateLimiter(limiter.limit))
+            (
+                Stabilizer(old.up_window_s, old.down_window_s),
+                Stabilizer(0.0, old.down_window_s),
+                RateLimiter(limiter.limit),
+            )
             for old, limiter in zip(self._stabilizers, self._limiters, strict=True)
         ]
-        for role, (stabilizer, limiter) in zip(self.ROLES, fresh, strict=True):
+        for role, (stabilizer, share, limiter) in zip(self.ROLES, fresh, strict=True):
             part = section(data, role.lower())
             stabilizer.restore(section(part, "window"), latest_s)
+            if "share" in part:  # states kept before shares were: none held yet
+                share.restore(section(part, "share"), latest_s)
             limiter.restore(section(part, "rate"), latest_s)
         self.time_s = maybe_number(data, "timeS", high=latest_s)
-        self._stabilizers = [stabilizer for stabilizer, _ in fresh]
-        self._limiters = [limiter for _, limiter in fresh]
+        self._stabilizers = [stabilizer for stabilizer, _, _ in fresh]
+        self._shares = [share for _, share, _ in fresh]
+        self._limiters = [limiter for _, _, limiter in fresh]
 
     def largest_since(self, since_s: float) -> tuple[int, int]:
         """Each pool's largest recommendation recorded at or after `since_s`."""
@@ -326,6 +338,7 @@ class ScalingLayers:
         """The windows are lost: hold what is found for a down window (`Stabilizer.forget`)."""
         for stabilizer in self._stabilizers:
             stabilizer.forget()
+        self._shares = [Stabilizer(0.0, old.down_window_s) for old in self._shares]
 
     def apply(
         self,
@@ -353,9 +366,12 @@ class ScalingLayers:
             reasons.append(why and role + why)
         bounded = clamp(stable[0], stable[1], limits, self.prefill_gpus, self.decode_gpus)
         reasons.extend(bounded.reasons)
+        shared = self._share(
+            time_s, current, stable, kept=kept or recommended, bounded=bounded, reasons=reasons
+        )
         moved = []
         for role, limiter, now, desired, hold in zip(
-            self.ROLES, self._limiters, current, (bounded.prefill, bounded.decode), held, strict=True
+            self.ROLES, self._limiters, current, shared, held, strict=True
         ):
             count, why = limiter.apply(time_s, now, now if hold else desired)
             moved.append(count)
@@ -366,6 +382,30 @@ class ScalingLayers:
         reasons.extend(last.reasons)
         bound = "gpu_budget" if any("GpuBudget" in r for r in reasons) else bounded.binding
         return Layered(last.prefill, last.decode, tuple(r for r in reasons if r), bound)
+
+    def _share(
+        self,
+        time_s: float,
+        current: tuple[int, int],
+        stable: list[int],
+        *,
+        kept: tuple[int, int],
+        bounded: Clamped,
+        reasons: list[str],
+    ) -> list[int]:
+        """Each pool's count after the budget: what the budget takes from a pool so the other can grow
+        is a scale-in of it, so it gives up only what it has not been granted (of what it keeps, as
+        its own window) over a down window."""
+        shared = []
+        for role, share, now, want, keep, got in zip(
+            self.ROLES, self._shares, current, stable, kept, (bounded.prefill, bounded.decode), strict=True
+        ):
+            granted, _ = share.apply(time_s, now, got, kept=min(keep, got))
+            taken = got < min(want, now)
+            if taken and granted > got:
+                reasons.append(f"{role}ShareHeldUnderGpuBudget")
+            shared.append(min(granted, want, now) if taken else got)
+        return shared
 
 
 class LayeredPolicy:
