@@ -24,7 +24,7 @@ than 1 point of goodput below threshold or a real Dynamo row.
 `--scenarios NAME|CLASS ...` and `--limit N` run a subset, `--policies ROW ...` some rows, `--list`
 prints the scenarios and exits. `XPYD_BENCH_CACHE=DIR` keeps every simulated outcome (keyed by the
 sources it depends on: a changed policy re-runs its own rows only). `--write` puts the table between
-this script's markers in docs/BENCHMARKS.md.
+this script's markers in docs/BENCHMARKS.md; another `--master-seed` (a held-out draw) between its own.
 """
 
 from __future__ import annotations
