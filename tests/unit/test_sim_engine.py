@@ -163,6 +163,19 @@ def test_scale_in_drains_and_stops_paying_after_the_last_request(drain_s: float)
     assert 2 * raw.end_s + 300.0 + drain_s <= raw.gpu_seconds < 2 * raw.end_s + 400.0 + drain_s
 
 
+@pytest.mark.timeout(60)
+def test_a_draining_decode_instance_taken_back_mid_batch_finishes_its_requests() -> None:
+    # Long answers keep both decode instances busy after the last arrival (~100 s); one drains at
+    # 120 s and is taken back at 135 s, mid-batch, with no newcomer to wake it: its requests still
+    # finish (none stalls, so the run ends).
+    requests = seed_requests(2.0, count=200, seed=5, prompt_range=(500, 1000), output_range=(3000, 4000))
+    raw = run_events(config(prefill=1, decode=2), requests, Scripted([(120.0, 1, 1), (135.0, 1, 2)]))
+    assert raw.scale_downs == 1
+    assert raw.samples[-1].decode_ready == 2
+    assert all(map(math.isfinite, raw.finish_s))
+    assert raw.end_s == pytest.approx(max(raw.finish_s))
+
+
 def test_policy_sees_lagged_windowed_arrival_rate() -> None:
     cfg = dataclasses.replace(config(), control=Control(scrape_interval_s=10.0, window_s=60.0, lag_s=20.0))
     policy = Scripted([])

@@ -646,7 +646,9 @@ class _Simulation:
         """The rule's moves, in its order: take back, redirect, convert, cancel, create, remove."""
         for inst in moves.take_back:
             self._add_ready(inst)
-            inst.version += 1
+            inst.version += 1  # cancels its retirement; an operation in flight ends under the new version
+            if inst.op != IDLE:
+                self._push(inst.op_end, _OP_END, inst, inst.version)
             self._admit_waiting(t)
         for inst, target in moves.redirect:
             inst.target_role = str(target)
