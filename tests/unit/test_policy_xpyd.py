@@ -242,6 +242,21 @@ def test_every_reason_is_given_where_it_applies(
     assert reason in decision.reasons, (situation, decision.reasons)
 
 
+def test_a_fast_fall_below_the_usual_load_holds_the_fleet_it_had() -> None:
+    def lull(**knobs: float) -> list[Decision]:
+        xpyd = policy(**knobs)
+        for step in range(40):
+            xpyd.decide(observe(15 * step, X, Y), Limits())
+        return [xpyd.decide(observe(15 * step, X, Y, arrival_rate=0.2), Limits()) for step in range(40, 70)]
+
+    held, followed = lull(), lull(return_hold_s=0)
+    assert [counts(d) for d in held] == [(X, Y)] * 30
+    assert {"PrefillHeldForReturningLoad", "DecodeHeldForReturningLoad"} <= set(held[-1].reasons)
+    assert held[-1].details["prefill_held_for_return"] == X
+    assert held[-1].details["usual_arrival_rate"] > 10.0
+    assert counts(followed[-1]) < (X, Y)  # past the down window, the fleet follows the lull
+
+
 def test_a_decode_side_that_cannot_be_built_is_said_and_never_shrunk_for_it() -> None:
     huge = dataclasses.replace(CONTEXT.model, params=400e9)  # 800 GB of weights on one 80 GB GPU
     made = make_policy("xpyd", dataclasses.replace(CONTEXT, model=huge))
@@ -265,7 +280,7 @@ def test_the_stabilisation_window_and_a_restart_without_state() -> None:
     assert "PrefillScaleDownHeldWhileInputsSettle" in first.reasons
     keep = int(first.details["prefill_down_target"])
     assert scaler.decide(observe(300, X + 9, Y), Limits()).prefill == keep  # a window later
-    held = scaler.decide(observe(315, keep, Y, arrival_rate=5.0), Limits())
+    held = scaler.decide(observe(315, keep, Y, arrival_rate=12.0), Limits())
     assert held.prefill == keep and "PrefillScaleDownStabilized" in held.reasons
     restarted = policy(down_window_s=300)
     assert restarted.resume(None, 30.0) == ""
@@ -373,6 +388,7 @@ BAD_KNOBS = [
     ("backlog_drain_s", math.nan),
     ("calibration_s", 0.0),
     ("in_flight_timeout_s", 1e9),
+    ("return_hold_s", -1.0),
     ("swing_headroom", 1.0),
 ]
 
@@ -453,6 +469,8 @@ HOSTILE: list[tuple[str, Any]] = [
     ("a kept rate later than the state", {"correction": {"rates": [[1e15, 3.0]]}}),
     ("a kept rate of zero", {"correction": {"rates": [[0.0, 0.0]]}}),
     ("too many kept rates", {"correction": {"rates": [[0.0, 1.0]] * 65}}),
+    ("a held size that is no count", {"returnHold": {"held": [2.5, 1]}}),
+    ("a usual load below zero", {"returnHold": {"usual": -1.0}}),
 ]
 
 

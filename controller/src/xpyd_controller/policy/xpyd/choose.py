@@ -1,7 +1,7 @@
 """Combining the proposals for one decision: the model's band, the measured misses, the conversions.
 
 Pure functions over counts. `recommend` turns supply and need into each pool's recommendation before
-the HPA rails; `release_for_conversion` runs after them and lets a pool with a surplus hand instances
+the HPA rails, and `hold_for_return` raises it to what a load that may return needs; `release_for_conversion` runs after them and lets a pool with a surplus hand instances
 to a pool that grows now (the driver converts them in place) instead of after its down window.
 """
 
@@ -65,6 +65,16 @@ def recommend(
         counts.append(count)
         reasons.append(role + why if not why.startswith(role) else why)
     return counts, reasons
+
+
+def hold_for_return(counts: list[int], kept: list[int], reasons: list[str], held: tuple[int, int]) -> None:
+    """Raise each pool's recommendation, and what its down window keeps, to the size held for a load
+    that may return (`returning.py`; mutates the lists)."""
+    for index, role in enumerate(ROLES):
+        if held[index] > counts[index]:
+            counts[index] = held[index]
+            reasons[index] = f"{role}HeldForReturningLoad"
+        kept[index] = max(kept[index], held[index])
 
 
 def release_for_conversion(

@@ -1,4 +1,4 @@
-"""The xpyd policy's knobs: nine numbers with units and bounds, everything else follows from them."""
+"""The xpyd policy's knobs: ten numbers with units and bounds, everything else follows from them."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ class XpydConfig:
     backlog_drain_s: float = 30.0  # requests queued for prefill are sized to drain within this
     calibration_s: float = 300.0  # time constant of the measured-against-predicted TTFT correction
     in_flight_timeout_s: float = 600.0  # instances starting longer than this are presumed stuck
+    return_hold_s: float = 900.0  # after a fast fall below the usual load, the fleet is held this long
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.ttft_quantile < 1:
             raise PolicyConfigError("xpyd", "ttft_quantile", self.ttft_quantile, "must be in [0.5, 1)")
         require_in("xpyd", "tolerance", self.tolerance, 0, 0.99)
-        for name in ("up_window_s", "down_window_s"):
+        for name in ("up_window_s", "down_window_s", "return_hold_s"):
             require_in("xpyd", name, getattr(self, name), 0, 86400)
         for name in (
             "down_period_s",

@@ -22,7 +22,7 @@ from typing import Any
 
 from xpyd_controller.model.sizing import std_from_quantile
 from xpyd_controller.policy.forecast import RateForecast
-from xpyd_controller.policy.lead_times import LeadTimes
+from xpyd_controller.policy.lead_times import COLD_START, LeadTimes
 from xpyd_controller.policy.state import JsonMap, StateError, section, vector
 from xpyd_controller.policy.types import Observation
 
@@ -105,6 +105,10 @@ class DemandEstimator:
         """Seconds until growth asked for now serves: the faster of the ways measured, else the prior."""
         measured = self.lead_times.seconds.values()
         return min(measured) if measured else self.prior_lead_s
+
+    def cold_start_s(self) -> float:
+        """Seconds a new instance took to serve, as measured, else the prior: how long regrowing takes."""
+        return self.lead_times.seconds.get(COLD_START, self.prior_lead_s)
 
     def observe(self, observation: Observation) -> Demand | str:
         """The demand, or the CamelCase reason there is nothing trustworthy to size for."""

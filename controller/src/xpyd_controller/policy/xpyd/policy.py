@@ -9,6 +9,7 @@ Each decision, in order:
    the measured one on the serving pool;
 4. need (`need.py`): the capacity model's floor and the size to shrink to, for both pools;
 5. proposals (`choose.py`): up to the floor, down to the band, one more where a measured p90 missed;
+   after a fast fall below the usual load, no smaller than the fleet before it (`returning.py`);
 6. the HPA rails (`layers.py`): stabilisation windows, min/max and the GPU budget, rate limits; the
    down window holds what the arrivals need, not growth for the backlog (it drains once) nor a
    size held only while instances start;
@@ -35,6 +36,7 @@ from xpyd_controller.policy.types import Decision, Limits, Observation
 from xpyd_controller.policy.xpyd.choose import (
     ROLES,
     Pools,
+    hold_for_return,
     missed_slos,
     recommend,
     release_for_conversion,
@@ -43,6 +45,7 @@ from xpyd_controller.policy.xpyd.config import XpydConfig
 from xpyd_controller.policy.xpyd.correction import DecodeCorrection, Hardware, PrefillCorrection
 from xpyd_controller.policy.xpyd.demand import Demand, DemandEstimator
 from xpyd_controller.policy.xpyd.need import Need, decode_measurement, pool_need
+from xpyd_controller.policy.xpyd.returning import ReturnHold
 
 
 class XpydPolicy:
@@ -69,7 +72,8 @@ class XpydPolicy:
 
     def _fresh(self) -> None:
         """Every stateful part as a new policy has it."""
-        self._layers, self._guards, self._demand, self._correction, self._kv_correction = self._new_parts()
+        parts = self._new_parts()
+        self._layers, self._guards, self._demand, self._correction, self._kv_correction, self._hold = parts
 
     def _new_parts(
         self,
@@ -79,6 +83,7 @@ class XpydPolicy:
         DemandEstimator,
         PrefillCorrection,
         DecodeCorrection,
+        ReturnHold,
     ]:
         config, context = self.config, self.context
         return (
@@ -89,6 +94,7 @@ class XpydPolicy:
             DemandEstimator(config.lead_time_s, config.backlog_drain_s, config.in_flight_timeout_s),
             PrefillCorrection(config.calibration_s),
             DecodeCorrection(config.calibration_s),
+            ReturnHold(config.return_hold_s),
         )
 
     def use_gpu(self, gpu: GpuSpec) -> None:
@@ -121,6 +127,10 @@ class XpydPolicy:
         # nor a pool held at its supply while instances start or drain.
         settled = Pools(pools.supply, (False, False))
         kept, _ = recommend(settled, need.drained(), partial=demand.partial, missed=missed)
+        regrowth_s = self._demand.cold_start_s() + observation.window_s
+        had = (min(kept[0], pools.supply[0]), min(kept[1], pools.supply[1]))  # held: had and still needed
+        held = self._hold.observe(observation.time_s, demand.arrival_rate, regrowth_s, had)
+        hold_for_return(recommended, kept, proposed, held)
         layered = self._layers.apply(
             observation.time_s,
             pools.supply,
@@ -142,7 +152,7 @@ class XpydPolicy:
             decode=decided[1],
             binding=layered.bound or need.binding,
             reasons=tuple(r for r in (*reasons, *need.reasons, *proposed, *layered.reasons, released) if r),
-            details=self._details(demand, need, pools) | learned,
+            details=self._details(demand, need, pools) | learned | self._hold.details(),
         )
 
     def _need(self, observation: Observation, demand: Demand) -> tuple[Need, dict[str, float]]:
@@ -244,6 +254,7 @@ class XpydPolicy:
                 "demand": self._demand.state(),
                 "correction": self._correction.state(),
                 "kvCorrection": self._kv_correction.state(),
+                "returnHold": self._hold.state(),
             },
         )
 
@@ -252,7 +263,7 @@ class XpydPolicy:
 
     def restore_parts(self, parts: JsonMap, latest_s: float) -> None:
         """All parts from a kept state, or none (a `StateError` before anything is replaced)."""
-        layers, guards, demand, correction, kv_correction = self._new_parts()
+        layers, guards, demand, correction, kv_correction, hold = self._new_parts()
         layers.restore(section(parts, "layers"), latest_s)
         kept_guards = section(parts, "inFlight")
         for role, guard in zip(ROLES, guards, strict=True):
@@ -260,8 +271,10 @@ class XpydPolicy:
         demand.restore(section(parts, "demand"), latest_s)
         correction.restore(section(parts, "correction"), latest_s)
         kv_correction.restore(section(parts, "kvCorrection"), latest_s)
+        if "returnHold" in parts:  # a state kept before the hold existed has none: it starts afresh
+            hold.restore(section(parts, "returnHold"), latest_s)
         self._layers, self._guards, self._demand = layers, guards, demand
-        self._correction, self._kv_correction = correction, kv_correction
+        self._correction, self._kv_correction, self._hold = correction, kv_correction, hold
 
     def forget(self) -> None:
         """The kept state is lost: start afresh, holding the found fleet for a down window."""
