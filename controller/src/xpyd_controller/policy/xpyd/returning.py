@@ -2,8 +2,8 @@
 
 During a drop to near zero, an off phase or a lull, the arrivals say nothing of the load that comes
 back, and growing back to meet it takes a cold start while its requests queue: a fleet sized for the
-lull serves the return late (on the generalisation suite, 70-80 % goodput after a drop to 1-3 % and
-back, where holding the fleet serves 99.8 %). So after such a fall each pool holds the largest size
+lull serves the return late (on the generalisation suite, 70-88 % goodput after a drop to 1-3 % and
+back, where holding the fleet serves 99.6-99.9 %). So after such a fall each pool holds the largest size
 it had over the regrowth before the fall, of what the load asked it to keep (the down window's
 share: the arrivals' need, not growth for a backlog, nor growth asked for and not yet had;
 `…HeldForReturningLoad`), until the load is back near its usual level or `hold_s` has passed since
