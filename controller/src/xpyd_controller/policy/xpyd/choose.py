@@ -1,8 +1,9 @@
 """Combining the proposals for one decision: the model's band, the measured misses, the conversions.
 
 Pure functions over counts. `recommend` turns supply and need into each pool's recommendation before
-the HPA rails, and `hold_for_return` raises it to what a load that may return needs; `release_for_conversion` runs after them and lets a pool with a surplus hand instances
-to a pool that grows now (the driver converts them in place) instead of after its down window.
+the HPA rails, and `hold_for_return` raises it to what a load that may return needs;
+`release_for_conversion` runs after the rails and lets a pool with a surplus hand instances to a pool
+that grows now (the driver converts them in place) instead of after its down window.
 """
 
 from __future__ import annotations

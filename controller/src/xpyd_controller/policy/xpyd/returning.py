@@ -3,13 +3,13 @@
 During a drop to near zero, an off phase or a lull, the arrivals say nothing of the load that comes
 back, and growing back to meet it takes a cold start while its requests queue: a fleet sized for the
 lull serves the return late (on the generalisation suite, 70-88 % goodput after a drop to 1-3 % and
-back, where holding the fleet serves 99.6-99.9 %). So after such a fall each pool holds the largest size
-it had over the regrowth before the fall, of what the load asked it to keep (the down window's
+back, where holding the fleet serves 99.6-99.9 %). So after such a fall each pool holds the largest
+size it had over the regrowth before the fall, of what the load asked it to keep (the down window's
 share: the arrivals' need, not growth for a backlog, nor growth asked for and not yet had;
 `…HeldForReturningLoad`), until the load is back near its usual level or `hold_s` has passed since
-it was last seen fallen. A fall only back to the usual level (the end
-of a flash crowd) or slower than a regrowth (a ramp down, an evening) is followed as ever. The usual
-level is the arrival rate smoothed with time constant `hold_s`.
+it was last seen fallen. A fall only back to the usual level (the end of a flash crowd) or slower
+than a regrowth (a ramp down, an evening) is followed as ever. The usual level is the arrival rate
+smoothed with time constant `hold_s`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ class ReturnHold:
     hold_s: float
     _recent: deque[tuple[float, float, int, int]] = field(default_factory=deque)  # time, rate, P, D
     _usual: float | None = None
-    _last_s: float | None = None
     _held: tuple[int, int] = (0, 0)
     _since_s: float = 0.0  # when the load was last seen fallen
 
@@ -44,8 +43,7 @@ class ReturnHold:
         far as this decision asks it to keep it."""
         if self.hold_s <= 0:
             return (0, 0)
-        self._remember(time_s, rate, regrowth_s, kept)
-        usual = self._usual if self._usual is not None else rate
+        usual = self._remember(time_s, rate, regrowth_s, kept)
         before = max(r for _, r, _, _ in self._recent)
         if rate < FAST_FALL * min(usual, before):
             prefill = max(row[2] for row in self._recent)
@@ -65,24 +63,24 @@ class ReturnHold:
         usual = {} if self._usual is None else {"usual_arrival_rate": self._usual}
         return usual | (held if self._held != (0, 0) else {})
 
-    def _remember(self, time_s: float, rate: float, regrowth_s: float, kept: tuple[int, int]) -> None:
-        """Keep this observation for one regrowth; move the usual level towards its rate."""
+    def _remember(self, time_s: float, rate: float, regrowth_s: float, kept: tuple[int, int]) -> float:
+        """Keep this observation for one regrowth; move the usual level towards its rate and return it.
+        The last observation is always kept, so its time is the previous one's."""
         recent = self._recent
+        if self._usual is None or not recent:
+            self._usual = rate
+        else:
+            weight = 1.0 - math.exp(-max(time_s - recent[-1][0], 0.0) / self.hold_s)
+            self._usual += weight * (rate - self._usual)
         recent.append((time_s, rate, kept[0], kept[1]))
         while len(recent) > MAX_RECENT or time_s - recent[0][0] > regrowth_s:
             recent.popleft()
-        if self._usual is None or self._last_s is None:
-            self._usual = rate
-        else:
-            weight = 1.0 - math.exp(-max(time_s - self._last_s, 0.0) / self.hold_s)
-            self._usual += weight * (rate - self._usual)
-        self._last_s = time_s
+        return self._usual
 
     def state(self) -> dict[str, Any]:
         return {
             "recent": [list(row) for row in self._recent],
             "usual": self._usual,
-            "lastS": self._last_s,
             "held": list(self._held),
             "sinceS": self._since_s,
         }
@@ -94,8 +92,7 @@ class ReturnHold:
             raise StateError("recent", data.get("recent"), f"needs at most {MAX_RECENT} rows, rates >= 0")
         held = rows({"held": [data.get("held")]}, "held", (True, True))[0]
         usual = maybe_number(data, "usual", low=0)
-        last_s = maybe_number(data, "lastS", high=latest_s)
         since_s = number(data, "sinceS", high=latest_s)
         self._recent = deque((t, r, int(p), int(d)) for t, r, p, d in recent)
-        self._usual, self._last_s, self._since_s = usual, last_s, since_s
+        self._usual, self._since_s = usual, since_s
         self._held = (int(held[0]), int(held[1]))
