@@ -32,3 +32,13 @@ def test_a_growth_undone_or_never_served_gives_no_sample() -> None:
     lead.observe(100, ready=(1, 1))  # past the timeout: a stuck pod, not slow capacity
     lead.observe(110, ready=(1, 2))
     assert lead.seconds == {}
+
+
+def test_a_growth_still_waiting_says_how_long_its_way_takes_at_least() -> None:
+    lead = LeadTimes(timeout_s=600)
+    assert lead.waited_s(0) == {}
+    lead.asked(10, supply=(1, 1), decided=(2, 1))  # a cold start
+    lead.asked(40, supply=(1, 1), decided=(2, 2))  # decode grows too while prefill still waits
+    assert lead.waited_s(100) == {COLD_START: 90}  # the longest wait
+    lead.observe(130, ready=(2, 2))  # both served: nothing waits, the samples are kept
+    assert lead.waited_s(140) == {} and lead.seconds == {COLD_START: 105}

@@ -96,6 +96,17 @@ def test_a_rising_load_is_sized_for_the_lead_time_ahead() -> None:
     assert decision.details["sized_arrival_rate"] > decision.details["arrival_rate"] == 29.0
 
 
+def test_an_instance_starting_longer_than_the_lead_time_lengthens_it() -> None:
+    scaler = policy(lead_time_s=120)
+    first = scaler.decide(observe(0, 1, 1), Limits())  # grows both pools: timed until they serve
+    assert first.prefill is not None and first.decode is not None and min(counts(first)) > 1
+    prefill, decode = (PoolState(ready=1, starting=n - 1) for n in (first.prefill, first.decode))
+    waiting = [scaler.decide(observe(t, prefill, decode), Limits()) for t in (60.0, 120.0, 200.0)]
+    assert [d.details["lead_time_seconds"] for d in waiting] == [120.0, 120.0, 200.0]
+    served = scaler.decide(observe(260, first.prefill, first.decode), Limits())
+    assert served.details["lead_time_seconds"] == 260.0  # the growth served: measured
+
+
 @pytest.mark.parametrize("rate", [5e-324, 2.2e-309, 1e-300])
 def test_a_vanishing_rate_after_a_rising_one_forecasts_a_finite_load(rate: float) -> None:
     scaler = policy(lead_time_s=120)

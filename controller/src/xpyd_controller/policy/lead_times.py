@@ -86,6 +86,14 @@ class LeadTimes:
                 kind = CONVERSION if decided[other] < supply[other] else COLD_START
                 self._pending[pool] = _Growth(decided[pool], time_s, kind)
 
+    def waited_s(self, time_s: float) -> dict[str, float]:
+        """Per way of growing, how long its growth still being timed has waited so far: that way takes
+        at least this long now, whatever it took before."""
+        waited: dict[str, float] = {}
+        for growth in self._pending.values():
+            waited[growth.kind] = max(waited.get(growth.kind, 0.0), time_s - growth.since_s)
+        return waited
+
     def cold_start_faster(self) -> bool:
         """Both ways measured, and a cold start served sooner than a conversion."""
         cold, conversion = self.seconds.get(COLD_START), self.seconds.get(CONVERSION)

@@ -2,9 +2,10 @@
 
 - The rate is the window's arrivals (not completions: a step is seen at the next scrape), plus the
   rise the load forecast expects over the lead time of the cheaper way to grow (a cold start or a
-  conversion, as measured; `lead_time_s` until one is). Prefill's load is forecast as work (prompt
-  tokens to compute per second), not as requests: a mix drifting to longer prompts at a flat rate
-  grows prefill's work as surely as more requests do. A forecast only ever adds: it never scales in.
+  conversion, as measured; `lead_time_s` until one is; never shorter than a start under way has
+  waited). Prefill's load is forecast as work (prompt tokens to compute per second), not as
+  requests: a mix drifting to longer prompts at a flat rate grows prefill's work as surely as more
+  requests do. A forecast only ever adds: it never scales in.
 - The backlog is work already late: requests queued for prefill beyond one per ready instance (what
   a pool sized for a TTFT quantile holds in passing) are sized to drain within `backlog_drain_s` on
   top of the arrivals, so a pool that fell behind (after a drop to near zero and
@@ -101,14 +102,19 @@ class DemandEstimator:
         self.lead_times = LeadTimes(in_flight_timeout_s)
         self.last_lengths: Lengths | None = None
 
-    def lead_time_s(self) -> float:
-        """Seconds until growth asked for now serves: the faster of the ways measured, else the prior."""
-        measured = self.lead_times.seconds.values()
-        return min(measured) if measured else self.prior_lead_s
+    def lead_time_s(self, time_s: float) -> float:
+        """Seconds until growth asked for now serves: the faster of the ways measured (else the prior),
+        each at least as long as its growth still waiting has waited (a slower start than the prior
+        or the last one shows before it ends)."""
+        estimates = self.lead_times.seconds or {COLD_START: self.prior_lead_s}
+        waited = self.lead_times.waited_s(time_s)
+        return min(max(seconds, waited.get(kind, 0.0)) for kind, seconds in estimates.items())
 
-    def cold_start_s(self) -> float:
-        """Seconds a new instance took to serve, as measured, else the prior: how long regrowing takes."""
-        return self.lead_times.seconds.get(COLD_START, self.prior_lead_s)
+    def cold_start_s(self, time_s: float) -> float:
+        """Seconds a new instance takes to serve: as measured (else the prior), at least as long as the
+        one still starting has waited; how long regrowing takes."""
+        waited = self.lead_times.waited_s(time_s).get(COLD_START, 0.0)
+        return max(self.lead_times.seconds.get(COLD_START, self.prior_lead_s), waited)
 
     def observe(self, observation: Observation) -> Demand | str:
         """The demand, or the CamelCase reason there is nothing trustworthy to size for."""
@@ -127,7 +133,7 @@ class DemandEstimator:
         work = rate * per_request
         if not partial:
             self.work_forecast.add(observation.time_s, work)
-        lead = self.lead_time_s()
+        lead = self.lead_time_s(observation.time_s)
         rise = self._ahead(self.forecast, lead) if rate > 0 else 0.0
         # the work's rise in requests of this window's prompts (never a division by a vanishing rate)
         prefill_rise = self._ahead(self.work_forecast, lead) / per_request if work > 0 else 0.0

@@ -127,7 +127,7 @@ class XpydPolicy:
         # nor a pool held at its supply while instances start or drain.
         settled = Pools(pools.supply, (False, False))
         kept, _ = recommend(settled, need.drained(), partial=demand.partial, missed=missed)
-        regrowth_s = self._demand.cold_start_s() + observation.window_s
+        regrowth_s = self._demand.cold_start_s(observation.time_s) + observation.window_s
         had = (min(kept[0], pools.supply[0]), min(kept[1], pools.supply[1]))  # held: had and still needed
         held = self._hold.observe(observation.time_s, demand.arrival_rate, regrowth_s, had)
         hold_for_return(recommended, kept, proposed, held)
