@@ -494,25 +494,21 @@ def verdict_lines(results: Results, gens: list[gt.GenScenario]) -> list[str]:
         return ["xpyd not run: its targets are not evaluated."]
     v = verdicts(results, names)
 
-    def count(values: dict[str, bool | None]) -> tuple[int, int, list[str]]:
-        judged = {n: ok for n, ok in values.items() if ok is not None}
-        return sum(judged.values()), len(judged), [n for n, ok in judged.items() if not ok]
-
     def listed(failing: list[str], detail: Callable[[str], str] = lambda n: "") -> str:
         return "; failing: " + ", ".join(f"`{n}`{detail(n)}" for n in failing) if failing else ""
 
-    met, of, failing = count(v.meets_where_fixed_does)
+    met, of, failing = _count(v.meets_where_fixed_does)
     lines = [
         f"- (a) xpyd ≥ 99 % in {met}/{of} scenarios where fixed-split is"
         + listed(failing, lambda n: f" ({results.median(n, 'xpyd', 'goodput'):.1%})")
     ]
     lines += reachable_lines(results, v)
-    met, of, failing = count(v.within_gpu_bound)
+    met, of, failing = _count(v.within_gpu_bound)
     lines.append(
         f"- (b) xpyd GPU-h ≤ 1.10× fixed-split's in {met}/{of} of those"
         + listed(failing, lambda n: f" ({v.ratio[n]:.3f}×)")
     )
-    met, of, failing = count(v.cheaper)
+    met, of, failing = _count(v.cheaper)
     verdict = ("met" if met >= 2 * of / 3 else "NOT met") if of else "not evaluated"
     lines.append(f"- (c) xpyd fewer GPU-h than fixed-split in {met}/{of} scenarios (target ≥ 2/3: {verdict})")
     gaps = {n: g[0] >= -0.01 if g else None for n, g in v.rival_gap.items()}
@@ -521,7 +517,7 @@ def verdict_lines(results: Results, gens: list[gt.GenScenario]) -> list[str]:
         gap = v.rival_gap[name]
         return f" ({gap[0] * 100:+.1f} pt vs {gap[1]})" if gap else ""
 
-    met, of, failing = count(gaps)
+    met, of, failing = _count(gaps)
     rivals = ", ".join(r for r in RIVALS if any(results.has(n, r) for n in names)) or "none run"
     lines.append(
         f"- (d) xpyd within 1 point of the best of {rivals} in {met}/{of} scenarios"
@@ -544,10 +540,16 @@ def verdict_lines(results: Results, gens: list[gt.GenScenario]) -> list[str]:
     return lines + foresight_lines(results, names)
 
 
+def _count(values: dict[str, bool | None]) -> tuple[int, int, list[str]]:
+    """Scenarios a target holds in, those it applies to, and those it fails in."""
+    judged = {n: ok for n, ok in values.items() if ok is not None}
+    return sum(judged.values()), len(judged), [n for n, ok in judged.items() if not ok]
+
+
 def reachable_lines(results: Results, v: Verdicts) -> list[str]:
     """Target (a) counted only where the fixed split, asked for at the first decision from the start
     fleet, reaches 99 % too: elsewhere the start fleet loses more than 1 % before a cold start serves."""
-    reachable = {
+    reachable: dict[str, bool | None] = {
         n: ok
         for n, ok in v.meets_where_fixed_does.items()
         if ok is not None
@@ -558,9 +560,9 @@ def reachable_lines(results: Results, v: Verdicts) -> list[str]:
         return []
     lost = [n for n, ok in v.meets_where_fixed_does.items() if ok is not None and n not in reachable]
     elsewhere = ", ".join(f"`{n}`" for n in lost)
+    met, of, _ = _count(reachable)
     return [
-        f"- (a) where the fixed split asked at the first decision also reaches 99 %: "
-        f"{sum(reachable.values())}/{len(reachable)}"
+        f"- (a) where the fixed split asked at the first decision also reaches 99 %: {met}/{of}"
         + (f" (asking for it at once misses 99 % too in {elsewhere})" if lost else "")
     ]
 
@@ -572,11 +574,9 @@ def foresight_lines(results: Results, names: list[str]) -> list[str]:
     if not any(results.has(n, "hindsight") for n in names):
         return []
     v = verdicts(results, names, judged="hindsight")
-    judged = [
-        (sum(1 for ok in values.values() if ok), sum(1 for ok in values.values() if ok is not None))
-        for values in (v.meets_where_fixed_does, v.within_gpu_bound, v.cheaper)
-    ]
-    (a_met, a_of), (b_met, b_of), (c_met, c_of) = judged
+    (a_met, a_of, _), (b_met, b_of, _), (c_met, c_of, _) = (
+        _count(values) for values in (v.meets_where_fixed_does, v.within_gpu_bound, v.cheaper)
+    )
     return [
         f"- the same targets for hindsight (each window's traffic known a cold start ahead): (a) "
         f"{a_met}/{a_of}, (b) {b_met}/{b_of}, (c) {c_met}/{c_of}"

@@ -197,8 +197,9 @@ class XpydPolicy:
         if ctx.prefill_gpus_per_instance != ctx.decode_gpus_per_instance or demand.partial:
             return (decided[0], decided[1]), ""
         maxima = (limits.prefill_max, limits.decode_max)
+        budget_bound = layered.bound == "gpu_budget"
         denied = tuple(
-            max(0, min(want, high) - got) if layered.bound == "gpu_budget" else 0
+            max(0, min(want, high) - got) if budget_bound else 0
             for want, high, got in zip(recommended, maxima, decided, strict=True)
         )
         # A conversion pays off only if the giver's surplus outlasts it: the giver keeps the largest size
@@ -206,7 +207,7 @@ class XpydPolicy:
         # Under a binding budget what it gives is its share scaled in: it keeps the largest size
         # recommended to it over the down window, as long as the rails hold a share.
         held_s = self._demand.lead_times.seconds.get(CONVERSION, 0.0)
-        if layered.bound == "gpu_budget":
+        if budget_bound:
             held_s = max(held_s, self.config.down_window_s)
         since = time_s - held_s
         released = release_for_conversion(
