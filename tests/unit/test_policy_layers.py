@@ -191,6 +191,25 @@ def test_scaling_layers_restore_all_or_nothing() -> None:
     assert layers.state() == before
 
 
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ([3, 2.5, 0], r"^counts\[1\] = 2\.5: must be a whole number"),
+        ([3, 2], r"^counts = \[3, 2\]: must be a list of 3 counts"),
+        ([3, 0, -1], r"^counts\[2\] = -1: must be a whole number"),
+    ],
+)
+def test_an_in_flight_guard_refuses_corrupt_counts_and_keeps_its_own(
+    counts: list[float], message: str
+) -> None:
+    guard = InFlightGuard(timeout_s=300.0)
+    guard.supply(10, PoolState(ready=3, starting=2))
+    before = guard.state()
+    with pytest.raises(StateError, match=message):
+        guard.restore({"since": 10.0, "counts": counts}, math.inf)
+    assert guard.state() == before
+
+
 def test_stabilizer_up_window_needs_a_sustained_rise() -> None:
     stabilizer = Stabilizer(up_window_s=60.0, down_window_s=300.0)
     assert stabilizer.apply(0, 4, 4) == (4, "")
@@ -231,6 +250,22 @@ def test_in_flight_guard_counts_pending_as_supply_until_the_timeout() -> None:
     assert guard.supply(310, PoolState(ready=3, starting=2)) == (3, False, "InFlightTimedOut")
     assert guard.supply(320, PoolState(ready=5)) == (5, False, "")
     assert guard.supply(330, PoolState(ready=4, draining=1)) == (4, True, "InFlight")
+
+
+def test_a_pool_growing_one_start_after_another_for_longer_than_the_timeout_is_not_stuck() -> None:
+    guard = InFlightGuard(timeout_s=300.0)
+    # Every 200 s one instance becomes ready and two more are asked for: always starting, never stuck.
+    for step in range(6):
+        ready, starting = 3 + step, 2 + step
+        assert guard.supply(200.0 * step, PoolState(ready=ready, starting=starting)) == (
+            ready + starting,
+            True,
+            "InFlight",
+        )
+    # Asking for more is no progress: with nothing ready for 300 s the starting ones are stuck.
+    assert guard.supply(1100, PoolState(ready=8, starting=9)) == (17, True, "InFlight")
+    assert guard.supply(1300, PoolState(ready=8, starting=9)) == (8, False, "InFlightTimedOut")
+    assert guard.supply(1310, PoolState(ready=9, starting=8)) == (17, True, "InFlight")
 
 
 @pytest.mark.parametrize(

@@ -12,39 +12,39 @@ from xpyd_controller.sim.results import SimResult
 from xpyd_controller.sim.runner import simulate
 from xpyd_controller.sim.scenarios import builtin_scenarios, load_scenario, mix_swing
 
-SEED = 1
+SEEDS = (1, 2, 3)  # one run's GPU-hours move by about 1 % either way with its trajectory
 
 
-def run(role_conversion: bool) -> SimResult:
+def run(role_conversion: bool, seed: int) -> SimResult:
     """One full chat → RAG → chat swing (2 h) of `mix-swing` under xpyd."""
     scenario = mix_swing(hours=2.0)
     control = dataclasses.replace(scenario.config.control, role_conversion=role_conversion)
     config = dataclasses.replace(scenario.config, control=control)
-    trace = scenario.traffic.build(SEED)
+    trace = scenario.traffic.build(seed)
     return simulate(config, trace, build_policy("xpyd", config, trace), limits=scenario.limits)
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[bool, SimResult]:
-    return {allowed: run(allowed) for allowed in (True, False)}
+def runs() -> dict[bool, list[SimResult]]:
+    return {allowed: [run(allowed, seed) for seed in SEEDS] for allowed in (True, False)}
 
 
-def test_xpyd_converts_roles_on_the_swing(runs: dict[bool, SimResult]) -> None:
-    assert runs[True].conversions >= 1
-    assert runs[False].conversions == 0
+def test_xpyd_converts_roles_on_the_swing(runs: dict[bool, list[SimResult]]) -> None:
+    assert sum(result.conversions for result in runs[True]) >= 1
+    assert all(result.conversions == 0 for result in runs[False])
 
 
-def test_conversion_saves_cold_starts_without_losing_goodput(runs: dict[bool, SimResult]) -> None:
+def test_conversion_saves_cold_starts_without_losing_goodput(runs: dict[bool, list[SimResult]]) -> None:
     with_conversion, without = runs[True], runs[False]
-    assert with_conversion.scale_ups < without.scale_ups
-    assert with_conversion.goodput >= without.goodput
-    assert with_conversion.gpu_hours <= without.gpu_hours * 1.01
+    assert sum(r.scale_ups for r in with_conversion) < sum(r.scale_ups for r in without)
+    assert all(a.goodput >= b.goodput for a, b in zip(with_conversion, without, strict=True))
+    assert sum(r.gpu_hours for r in with_conversion) <= sum(r.gpu_hours for r in without) * 1.01
 
 
 def test_the_swing_moves_prefill_and_decode_needs_in_opposite_directions(
-    runs: dict[bool, SimResult],
+    runs: dict[bool, list[SimResult]],
 ) -> None:
-    series = runs[False].series
+    series = runs[False][0].series
     chat_heavy = max(series, key=lambda point: point.mean_output_tokens)
     rag_heavy = max(series, key=lambda point: point.mean_input_tokens)
     assert rag_heavy.prefill_ready >= chat_heavy.prefill_ready + 3

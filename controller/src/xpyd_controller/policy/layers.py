@@ -19,6 +19,7 @@ from xpyd_controller.policy.limits import Clamped, clamp
 from xpyd_controller.policy.state import (
     JsonMap,
     StateError,
+    counts,
     envelope,
     flag,
     maybe_number,
@@ -212,27 +213,39 @@ class RateLimiter:
 
 @dataclass
 class InFlightGuard:
-    """Holds a pool while instances are starting or draining, for at most `timeout_s`.
+    """Holds a pool while instances are starting or draining, until it has made no progress for
+    `timeout_s`.
 
-    Starting instances count as expected supply until the timeout; after it they are presumed stuck
-    (e.g. Pending with no free GPU) and no longer counted, and the pool may move again.
+    Starting instances count as expected supply while the pool moves: since the last pass an instance
+    became ready, or fewer are starting or draining. A pool that has not moved for `timeout_s` is
+    presumed stuck (e.g. Pending with no free GPU): its starting instances no longer count, and it may
+    move again. Timed from the last move, not from the first start, a pool that grows for longer than
+    the timeout, one cold start after another, is never read as stuck.
     """
 
     timeout_s: float
     _since: float | None = None
+    _counts: tuple[int, int, int] = (0, 0, 0)  # ready, starting, draining at the last pass
 
     def state(self) -> dict[str, Any]:
-        return {"since": self._since}
+        return {"since": self._since, "counts": list(self._counts)}
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
-        self._since = maybe_number(data, "since", high=latest_s)
+        since = maybe_number(data, "since", high=latest_s)
+        kept = (0, 0, 0)
+        if data.get("counts") is not None:
+            ready, starting, draining = counts(data, "counts", 3)
+            kept = (ready, starting, draining)
+        self._since, self._counts = since, kept
 
     def supply(self, time_s: float, pool: PoolState) -> tuple[int, bool, str]:
         """(expected supply, whether the pool is held, reason)."""
+        last, self._counts = self._counts, (pool.ready, pool.starting, pool.draining)
         if pool.starting == 0 and pool.draining == 0:
             self._since = None
             return pool.ready, False, ""
-        if self._since is None:
+        moved = pool.ready > last[0] or pool.starting < last[1] or pool.draining < last[2]
+        if self._since is None or moved:
             self._since = time_s
         if time_s - self._since >= self.timeout_s:
             return pool.ready, False, "InFlightTimedOut"

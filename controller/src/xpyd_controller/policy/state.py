@@ -79,6 +79,14 @@ def vector(data: JsonMap, key: str, width: int, low: float = -math.inf) -> tuple
     return tuple(_number(cell, key, low, math.inf) for cell in value)
 
 
+def counts(data: JsonMap, key: str, width: int) -> tuple[int, ...]:
+    """A list of exactly `width` whole numbers (instance counts)."""
+    value = data.get(key)
+    if not isinstance(value, list) or len(value) != width:
+        raise StateError(key, value, f"must be a list of {width} counts")
+    return tuple(_count(cell, f"{key}[{index}]") for index, cell in enumerate(value))
+
+
 def rows(
     data: JsonMap, key: str, whole: tuple[bool, ...], *, latest_s: float | None = None
 ) -> list[tuple[float, ...]]:

@@ -20,7 +20,7 @@ class XpydConfig:
     lead_time_s: float = 120.0  # time a pool takes to grow, until measured: the forecast's horizon
     backlog_drain_s: float = 30.0  # requests queued for prefill are sized to drain within this
     calibration_s: float = 300.0  # time constant of the measured-against-predicted TTFT correction
-    in_flight_timeout_s: float = 600.0  # instances starting longer than this are presumed stuck
+    in_flight_timeout_s: float = 600.0  # a pool in flight that has not moved for this long is stuck
     return_hold_s: float = 900.0  # after a fast fall below the usual load, the fleet is held this long
 
     def __post_init__(self) -> None:

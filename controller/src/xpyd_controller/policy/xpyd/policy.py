@@ -1,8 +1,9 @@
 """The xpyd policy: one capacity model, fed what is measured, behind the HPA's rails.
 
 Each decision, in order:
-1. supply: each pool's ready + starting instances (starting ones presumed stuck after
-   `in_flight_timeout_s`); a pool with instances starting or draining may grow but not shrink;
+1. supply: each pool's ready + starting instances (starting ones presumed stuck once the pool has
+   not moved for `in_flight_timeout_s`); a pool with instances starting or draining may grow but not
+   shrink;
 2. demand (`demand.py`): the window's arrivals plus the forecast rise over the lead time, the prefill
    backlog to drain within `backlog_drain_s`, the window's lengths;
 3. correction (`correction.py`): the factor on prefill load that makes the model's TTFT p90 match
