@@ -225,17 +225,14 @@ class InFlightGuard:
 
     timeout_s: float
     _since: float | None = None
-    _counts: tuple[int, int, int] = (0, 0, 0)  # ready, starting, draining at the last pass
+    _counts: tuple[int, ...] = (0, 0, 0)  # ready, starting, draining at the last pass
 
     def state(self) -> dict[str, Any]:
         return {"since": self._since, "counts": list(self._counts)}
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
         since = maybe_number(data, "since", high=latest_s)
-        kept = (0, 0, 0)
-        if data.get("counts") is not None:
-            ready, starting, draining = counts(data, "counts", 3)
-            kept = (ready, starting, draining)
+        kept = (0, 0, 0) if data.get("counts") is None else counts(data, "counts", 3)
         self._since, self._counts = since, kept
 
     def supply(self, time_s: float, pool: PoolState) -> tuple[int, bool, str]:
