@@ -118,6 +118,42 @@ def test_a_vanishing_rate_after_a_rising_one_forecasts_a_finite_load(rate: float
     assert all(d.prefill is not None and d.decode is not None for d in decisions)
 
 
+def _decode_floor_after(prompts: list[float], step_s: float | None) -> tuple[int, int]:
+    """Both floors once windows 15 s apart showed these mean prompts, with 1000-token answers."""
+    scaler = policy()
+    for index, prompt in enumerate(prompts):
+        decision = scaler.decide(
+            observe(
+                index * 15.0, 2, 2, mean_input_tokens=prompt, mean_output_tokens=1000.0, tpot_mean_s=step_s
+            ),
+            Limits(),
+        )
+    return floors(decision)
+
+
+def test_decode_pairs_the_answers_finishing_now_with_the_prompts_of_one_session_ago() -> None:
+    # Answers of 1000 tokens at 0.03 s a token finish 30 s after their prompts: the 6000-token prompts
+    # of the last window have no answers yet, the 500-token ones of 30 s ago have these.
+    switched = _decode_floor_after([500.0] * 4 + [6000.0], 0.03)
+    long_prompts = _decode_floor_after([6000.0] * 5, 0.03)
+    short_prompts = _decode_floor_after([500.0] * 5, 0.03)
+    assert switched[0] == long_prompts[0]  # prefill computes the window's prompts
+    assert switched[1] == short_prompts[1] < long_prompts[1]
+    # one session later the long prompts have their own answers
+    assert _decode_floor_after([500.0] * 4 + [6000.0] * 3, 0.03)[1] == long_prompts[1]
+
+
+@pytest.mark.parametrize(
+    ("prompts", "step_s"),
+    [([6000.0] * 4 + [500.0], 0.03), ([500.0] * 4 + [6000.0], None)],
+    ids=["prompts that got shorter", "no step measured"],
+)
+def test_decode_keeps_the_windows_own_prompts_where_pairing_would_not_shorten_them(
+    prompts: list[float], step_s: float | None
+) -> None:
+    assert _decode_floor_after(prompts, step_s) == _decode_floor_after(prompts[-1:], step_s)
+
+
 def test_mean_lengths_below_one_token_are_no_lengths() -> None:
     decision = policy().decide(observe(0, 2, 2, mean_input_tokens=1e-310), Limits())
     assert "MissingRequestLengths" in decision.reasons
@@ -435,6 +471,7 @@ observations = st.lists(
         st.integers(0, 2),  # starting
         st.one_of(st.none(), st.floats(0.0, 3.0)),  # ttft p90
         st.one_of(st.none(), st.floats(0.0, 400.0)),  # prefill queue
+        st.one_of(st.none(), st.floats(0.005, 0.2)),  # decode's mean step
     ),
     min_size=2,
     max_size=25,
@@ -442,7 +479,7 @@ observations = st.lists(
 
 
 def _observation(step: int, row: tuple[Any, ...]) -> Observation:
-    rate, isl, osl, ready_p, ready_d, starting, ttft, queue = row
+    rate, isl, osl, ready_p, ready_d, starting, ttft, queue, step_s = row
     return observe(
         step * 15.0,
         PoolState(ready=ready_p, starting=starting),
@@ -454,6 +491,7 @@ def _observation(step: int, row: tuple[Any, ...]) -> Observation:
         ttft_p90_s=ttft,
         prefill_queue=queue,
         decode_running=ready_d * 8.0,
+        tpot_mean_s=step_s,
     )
 
 
@@ -494,6 +532,9 @@ HOSTILE: list[tuple[str, Any]] = [
     ("a kept rate of zero", {"correction": {"rates": [[0.0, 0.0]]}}),
     ("too many kept rates", {"correction": {"rates": [[0.0, 1.0]] * 65}}),
     ("a held size that is no count", {"returnHold": {"held": [2.5, 1]}}),
+    ("a kept prompt with a hit rate of 2", {"demand": {"prompts": [[0.0, 500.0, 100.0, 0.0, 0.0, 2.0]]}}),
+    ("a kept prompt later than the state", {"demand": {"prompts": [[1e15, 500.0, 100.0, 0.0, 0.0, 0.0]]}}),
+    ("a kept prompt of no tokens", {"demand": {"prompts": [[0.0, 0.0, 100.0, 0.0, 0.0, 0.0]]}}),
     ("a usual load below zero", {"returnHold": {"usual": -1.0}}),
 ]
 

@@ -13,22 +13,30 @@
 - Lengths are the window's own (prompts counted at arrival, answers at completion): a window mixes the
   request classes in the proportion they arrive, and both pools' needs are linear in that mix. Without
   lengths the last known ones stand in, and the decision may then scale up but never down.
+- Decode's KV per session pairs each answer with its own prompt. Answers are counted as they finish,
+  one decode session after their prompts were: where the prompts grew within that session, the
+  window's prompts belong to requests whose answers have not finished, and pairing them with the
+  answers that did would size decode for long prompts with long answers that no request has (the
+  switch from a long-output mix to a long-prompt one). Decode is then sized with the prompts of one
+  session ago (`Demand.decode_lengths`); where they were not shorter, with the window's own.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from xpyd_controller.model.sizing import std_from_quantile
 from xpyd_controller.policy.forecast import RateForecast
 from xpyd_controller.policy.lead_times import COLD_START, LeadTimes
-from xpyd_controller.policy.state import JsonMap, StateError, section, vector
+from xpyd_controller.policy.state import JsonMap, StateError, rows, section, vector
 from xpyd_controller.policy.types import Observation
 
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
 MAX_HIT_RATE = 0.99
+PROMPT_MEMORY_S = 600.0  # how far back the prompts of the answers finishing now are looked for
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,21 @@ class Lengths:
     def as_list(self) -> list[float]:
         return [self.isl, self.osl, self.isl_std, self.osl_std, self.hit_rate]
 
+    @property
+    def prompt_work(self) -> float:
+        """Prompt tokens prefill computes per request (the prefix hits are not computed)."""
+        return self.isl * (1 - self.hit_rate)
+
+
+def checked_lengths(values: tuple[float, ...], key: str) -> Lengths:
+    """Lengths from a kept state's five numbers (`Lengths.as_list`), or a `StateError`."""
+    isl, osl, isl_std, osl_std, hit = values
+    if min(isl, osl) < 1 or min(isl_std, osl_std, hit) < 0 or hit > MAX_HIT_RATE:
+        raise StateError(
+            key, list(values), f"needs lengths >= 1, spreads >= 0, a hit rate in [0, {MAX_HIT_RATE}]"
+        )
+    return Lengths(isl, osl, isl_std, osl_std, hit)
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -56,6 +79,7 @@ class Demand:
     partial: bool = False
     lead_time_s: float = 0.0
     prefill_rise: float = 0.0  # prefill work's forecast rise over the lead time, in requests/s (>= 0)
+    decode_lengths: Lengths | None = None  # answers paired with their own prompts; None: `lengths`
 
     @property
     def rate(self) -> float:
@@ -101,6 +125,7 @@ class DemandEstimator:
         self.work_forecast = RateForecast(lead_time_s)  # prompt tokens to compute per second
         self.lead_times = LeadTimes(in_flight_timeout_s)
         self.last_lengths: Lengths | None = None
+        self.prompts: deque[tuple[float, Lengths]] = deque()  # (time, lengths) of the windows seen
 
     def lead_time_s(self, time_s: float) -> float:
         """Seconds until growth asked for now serves: the faster of the ways measured (else the prior),
@@ -129,10 +154,12 @@ class DemandEstimator:
                 return "MissingRequestLengths"
             lengths, partial = self.last_lengths or Lengths(1.0, 1.0), rate > 0
         self.last_lengths = lengths
-        per_request = lengths.isl * (1 - lengths.hit_rate)
+        per_request = lengths.prompt_work
         work = rate * per_request
+        decode_lengths = None
         if not partial:
             self.work_forecast.add(observation.time_s, work)
+            decode_lengths = self._answered(observation.time_s, lengths, observation.tpot_mean_s)
         lead = self.lead_time_s(observation.time_s)
         rise = self._ahead(self.forecast, lead) if rate > 0 else 0.0
         # the work's rise in requests of this window's prompts (never a division by a vanishing rate)
@@ -143,7 +170,21 @@ class DemandEstimator:
             if queue is not None and math.isfinite(queue)
             else 0.0
         )
-        return Demand(rate, rise, backlog, lengths, partial, lead, prefill_rise)
+        return Demand(rate, rise, backlog, lengths, partial, lead, prefill_rise, decode_lengths)
+
+    def _answered(self, time_s: float, lengths: Lengths, step_s: float | None) -> Lengths | None:
+        """Keep this window's lengths; the window's answers with the prompts of one decode session ago
+        (answers × measured step) where those were shorter, else None (see the module docstring)."""
+        self.prompts.append((time_s, lengths))
+        while self.prompts[0][0] < time_s - PROMPT_MEMORY_S:
+            self.prompts.popleft()
+        if not _usable(step_s):
+            return None
+        since = time_s - lengths.osl * float(step_s or 0.0)
+        then = next((kept for t, kept in reversed(self.prompts) if t <= since), self.prompts[0][1])
+        if then.prompt_work >= lengths.prompt_work:
+            return None
+        return Lengths(then.isl, lengths.osl, then.isl_std, lengths.osl_std, then.hit_rate)
 
     @staticmethod
     def _ahead(forecast: RateForecast, lead_s: float) -> float:
@@ -157,6 +198,7 @@ class DemandEstimator:
             "workForecast": self.work_forecast.state(),
             "leadTimes": self.lead_times.state(),
             "lengths": None if self.last_lengths is None else self.last_lengths.as_list(),
+            "prompts": [[t, *kept.as_list()] for t, kept in self.prompts],
         }
 
     def restore(self, data: JsonMap, latest_s: float) -> None:
@@ -168,11 +210,10 @@ class DemandEstimator:
         lead_times.restore(section(data, "leadTimes"), latest_s)
         lengths = None
         if data.get("lengths") is not None:
-            isl, osl, isl_std, osl_std, hit = vector(data, "lengths", 5, low=0)
-            if min(isl, osl) < 1 or hit > MAX_HIT_RATE:
-                raise StateError(
-                    "lengths", data["lengths"], f"needs lengths >= 1, a hit rate <= {MAX_HIT_RATE}"
-                )
-            lengths = Lengths(isl, osl, isl_std, osl_std, hit)
+            lengths = checked_lengths(vector(data, "lengths", 5, low=0), "lengths")
+        prompts: deque[tuple[float, Lengths]] = deque()
+        if "prompts" in data:  # a state kept before prompts were has none: they are seen afresh
+            for index, (t, *values) in enumerate(rows(data, "prompts", (False,) * 6, latest_s=latest_s)):
+                prompts.append((t, checked_lengths(tuple(values), f"prompts[{index}]")))
         self.forecast, self.work_forecast = forecast, work_forecast
-        self.lead_times, self.last_lengths = lead_times, lengths
+        self.lead_times, self.last_lengths, self.prompts = lead_times, lengths, prompts

@@ -2,7 +2,8 @@
 
 One `size_pools` call sizes six rows: prefill at its load (arrivals grown by the forecast of its
 work, and the backlog, times the learned correction) and at that load × (1 + tolerance), decode at the
-arrival rate (with its forecast rise) and at that rate × (1 + tolerance), and prefill's two again
+arrival rate (with its forecast rise) and at that rate × (1 + tolerance), with its sessions' own prompts
+(`Demand.decode_lengths`), and prefill's two again
 without the backlog. The first of each pair is the floor (below it the pool misses its SLO), the second
 the size a pool above it shrinks to (so N−1 still meets the SLO with the tolerance to spare, and noise
 does not flap it); the backlog-free pair is what the arrivals alone need (`Need.drained`). Decode's sessions are floored by the requests it
@@ -69,6 +70,11 @@ def decode_measurement(observation: Observation, kv_scale: float) -> DecodeMeasu
     return DecodeMeasurement(step_seconds=usable_step, sessions=sessions, kv_scale=kv_scale)
 
 
+def _by_row(prefill: float, decode: float) -> np.ndarray:
+    """One value per sized row: prefill's four, decode's two (rows 2 and 3)."""
+    return np.array([prefill, prefill, decode, decode, prefill, prefill])
+
+
 def pool_need(
     hardware: Hardware, demand: Demand, correction: float, tolerance: float, measured: DecodeMeasurement
 ) -> Need:
@@ -88,7 +94,15 @@ def pool_need(
             arrivals_only * (1 + tolerance),
         ]
     )
-    workload = Workload(rates, lengths.isl, lengths.osl, lengths.hit_rate, lengths.isl_std, lengths.osl_std)
+    paired = demand.decode_lengths or lengths
+    workload = Workload(  # decode's rows (2, 3) hold its sessions' prompts, paired with their answers
+        rates,
+        _by_row(lengths.isl, paired.isl),
+        lengths.osl,
+        _by_row(lengths.hit_rate, paired.hit_rate),
+        _by_row(lengths.isl_std, paired.isl_std),
+        lengths.osl_std,
+    )
     plan = size_pools(
         hardware.model,
         hardware.gpu,
