@@ -154,6 +154,14 @@ def test_decode_keeps_the_windows_own_prompts_where_pairing_would_not_shorten_th
     assert _decode_floor_after(prompts, step_s) == _decode_floor_after(prompts[-1:], step_s)
 
 
+def test_the_kept_prompts_stay_few_at_any_decision_interval() -> None:
+    scaler = policy()
+    for second in range(1200):  # a decision every second: the kept state stays small
+        scaler.decide(observe(float(second), 2, 2, tpot_mean_s=0.03), Limits())
+    kept = scaler.state()["demand"]["prompts"]
+    assert 60 <= len(kept) <= 65 and kept[-1][0] - kept[0][0] <= 600.0
+
+
 def test_mean_lengths_below_one_token_are_no_lengths() -> None:
     decision = policy().decide(observe(0, 2, 2, mean_input_tokens=1e-310), Limits())
     assert "MissingRequestLengths" in decision.reasons
@@ -535,6 +543,7 @@ HOSTILE: list[tuple[str, Any]] = [
     ("a kept prompt with a hit rate of 2", {"demand": {"prompts": [[0.0, 500.0, 100.0, 0.0, 0.0, 2.0]]}}),
     ("a kept prompt later than the state", {"demand": {"prompts": [[1e15, 500.0, 100.0, 0.0, 0.0, 0.0]]}}),
     ("a kept prompt of no tokens", {"demand": {"prompts": [[0.0, 0.0, 100.0, 0.0, 0.0, 0.0]]}}),
+    ("too many kept prompts", {"demand": {"prompts": [[0.0, 500.0, 100.0, 0.0, 0.0, 0.0]] * 66}}),
     ("a usual load below zero", {"returnHold": {"usual": -1.0}}),
 ]
 

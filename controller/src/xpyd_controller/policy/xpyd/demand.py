@@ -37,6 +37,7 @@ from xpyd_controller.policy.types import Observation
 LENGTH_QUANTILE = 0.9  # the observation's p90 lengths give the spread the sizing uses
 MAX_HIT_RATE = 0.99
 PROMPT_MEMORY_S = 600.0  # how far back the prompts of the answers finishing now are looked for
+MAX_KEPT_PROMPTS = 64  # windows kept over that time, at least PROMPT_MEMORY_S / this apart (a small state)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ class DemandEstimator:
     def _answered(self, time_s: float, lengths: Lengths, step_s: float | None) -> Lengths | None:
         """Keep this window's lengths; the window's answers with the prompts of one decode session ago
         (answers × measured step) where those were shorter, else None (see the module docstring)."""
-        self.prompts.append((time_s, lengths))
+        if not self.prompts or time_s - self.prompts[-1][0] >= PROMPT_MEMORY_S / MAX_KEPT_PROMPTS:
+            self.prompts.append((time_s, lengths))
         while self.prompts[0][0] < time_s - PROMPT_MEMORY_S:
             self.prompts.popleft()
         if not _usable(step_s):
@@ -213,7 +215,10 @@ class DemandEstimator:
             lengths = checked_lengths(vector(data, "lengths", 5, low=0), "lengths")
         prompts: deque[tuple[float, Lengths]] = deque()
         if "prompts" in data:  # a state kept before prompts were has none: they are seen afresh
-            for index, (t, *values) in enumerate(rows(data, "prompts", (False,) * 6, latest_s=latest_s)):
+            kept = rows(data, "prompts", (False,) * 6, latest_s=latest_s)
+            if len(kept) > MAX_KEPT_PROMPTS + 1:
+                raise StateError("prompts", len(kept), f"must hold at most {MAX_KEPT_PROMPTS + 1} windows")
+            for index, (t, *values) in enumerate(kept):
                 prompts.append((t, checked_lengths(tuple(values), f"prompts[{index}]")))
         self.forecast, self.work_forecast = forecast, work_forecast
         self.lead_times, self.last_lengths, self.prompts = lead_times, lengths, prompts
