@@ -417,17 +417,17 @@ def test_a_pool_gives_no_instance_it_needed_within_the_last_conversion_time() ->
     assert "DecodeReleasedForConversion" in later.reasons
 
 
-def test_under_a_binding_budget_a_pool_gives_no_instance_it_needed_within_its_down_window() -> None:
+def test_under_a_binding_budget_a_pool_gives_what_it_no_longer_needs_once_a_conversion_would_land() -> None:
     x, y = model_plan(20.0)
     budget = Limits(gpu_budget=x + y)  # one GPU per instance: prefill grows only by what decode gives
     scaler = policy(down_window_s=120)
     scaler.decide(observe(0, x - 1, y + 1, mean_output_tokens=450.0), budget)  # longer answers
     assert floors(policy().decide(observe(0, x, y, mean_output_tokens=450.0), Limits()))[1] == y + 1
-    held = scaler.decide(observe(60, x - 1, y + 1), budget)  # decode needs y again, prefill x
-    assert held.binding == "gpu_budget" and counts(held) == (x - 1, y + 1)
-    assert "DecodeReleasedForConversion" not in held.reasons  # decode needed y + 1 a minute ago
-    later = scaler.decide(observe(150, x - 1, y + 1), budget)  # the down window has passed
-    assert counts(later) == (x, y)  # decode shrinks as prefill grows: the driver converts
+    scaler._demand.lead_times.seconds["conversion"] = 30.0  # as if a conversion had been timed
+    held = scaler.decide(observe(15, x - 1, y + 1), budget)  # decode needs y again, prefill x
+    assert held.binding == "gpu_budget" and counts(held) == (x - 1, y + 1)  # 15 s ago: within one
+    later = scaler.decide(observe(60, x - 1, y + 1), budget)  # well within the down window
+    assert counts(later) == (x, y) and "DecodeReleasedForConversion" in later.reasons
 
 
 def test_missed_slos_blame_the_pool_that_explains_them() -> None:

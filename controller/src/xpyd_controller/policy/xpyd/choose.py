@@ -95,10 +95,9 @@ def release_for_conversion(
     converted in place (seconds) where the other pool would cold-start one (minutes). `denied` is growth
     the GPU budget trimmed: with the budget spent, the growing pool gets exactly what the other releases.
     When cold starts were measured to serve sooner than conversions, only budget-trimmed growth pairs.
-    `recent` is each pool's largest recommendation over the last conversion's lead time (the down
-    window when the budget binds, as for any share given up): a surplus gives only what the pool was
-    not asked to hold over that time, since a conversion takes an instance out of service for that
-    long and a mix that swings back sooner would need it again.
+    `recent` is each pool's largest recommendation over the last conversion's lead time: a surplus
+    gives only what the pool was not asked to hold over that time, since a conversion takes an
+    instance out of service for that long and a mix that swings back sooner would need it again.
     """
     minimums = (limits.prefill_min, limits.decode_min)
     for grow, give in ((0, 1), (1, 0)):

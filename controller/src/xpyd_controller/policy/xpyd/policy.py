@@ -15,8 +15,7 @@ Each decision, in order:
    down window holds what the arrivals need, not growth for the backlog (it drains once) nor a
    size held only while instances start;
 7. conversion: a pool above its floor releases instances to a pool that grows now, keeping what it
-   was asked to hold over the last conversion's lead time (over the down window when the GPU budget
-   binds: it gives up its share).
+   was asked to hold over the last conversion's lead time.
 
 A missing arrival rate holds everything; lengths missing scale up on the last known ones, never down.
 """
@@ -205,12 +204,7 @@ class XpydPolicy:
         )
         # A conversion pays off only if the giver's surplus outlasts it: the giver keeps the largest size
         # recommended to it over the last measured conversion's lead time (none until one is measured).
-        # Under a binding budget what it gives is its share scaled in: it keeps the largest size
-        # recommended to it over the down window, as long as the rails hold a share.
-        held_s = self._demand.lead_times.seconds.get(CONVERSION, 0.0)
-        if budget_bound:
-            held_s = max(held_s, self.config.down_window_s)
-        since = time_s - held_s
+        since = time_s - self._demand.lead_times.seconds.get(CONVERSION, 0.0)
         released = release_for_conversion(
             pools,
             need,
