@@ -180,9 +180,9 @@ class DemandEstimator:
             self.prompts.append((time_s, lengths))
         while self.prompts[0][0] < time_s - PROMPT_MEMORY_S:
             self.prompts.popleft()
-        if not _usable(step_s):
+        if step_s is None or not _usable(step_s):
             return None
-        since = time_s - lengths.osl * float(step_s or 0.0)
+        since = time_s - lengths.osl * step_s
         then = next((kept for t, kept in reversed(self.prompts) if t <= since), self.prompts[0][1])
         if then.prompt_work >= lengths.prompt_work:
             return None

@@ -5,7 +5,8 @@ Each decision, in order:
    not moved for `in_flight_timeout_s`); a pool with instances starting or draining may grow but not
    shrink;
 2. demand (`demand.py`): the window's arrivals plus the forecast rise over the lead time, the prefill
-   backlog to drain within `backlog_drain_s`, the window's lengths;
+   backlog to drain within `backlog_drain_s`, the window's lengths (decode's answers paired with their
+   own prompts);
 3. correction (`correction.py`): the factor on prefill load that makes the model's TTFT p90 match
    the measured one on the serving pool;
 4. need (`need.py`): the capacity model's floor and the size to shrink to, for both pools;
