@@ -19,7 +19,8 @@ not), and every policy is replayed on each with the same requests per run seed. 
 
 The table gives, per scenario, the median over seeds of goodput and GPU-hours of each row, and the
 targets for xpyd: (a) >= 99 % wherever fixed-split reaches 99 %; (b) at most 1.10x fixed-split's
-GPU-hours there; (c) fewer GPU-hours than fixed-split in at least 2/3 of the scenarios; (d) never more
+GPU-hours there; (c) fewer GPU-hours than fixed-split in at least 2/3 of the scenarios (also counted
+at 99 % where fixed-split reaches it, with how many of those any row run reaches so); (d) never more
 than 1 point of goodput below threshold or a real Dynamo row.
 
     XPYD_SIM_ENGINE=compiled .venv/bin/python benchmarks/generalisation.py --jobs 2 [--seeds 3] [--write]
@@ -403,6 +404,9 @@ class Results:
     def has(self, scenario: str, row: str) -> bool:
         return (scenario, row) in self.by
 
+    def rows(self) -> set[str]:
+        return {row for _, row in self.by}
+
     def median(self, scenario: str, row: str, metric: str) -> float:
         return _median(self.by.get((scenario, row), []), metric)
 
@@ -511,6 +515,7 @@ def verdict_lines(results: Results, gens: list[gt.GenScenario]) -> list[str]:
     met, of, failing = _count(v.cheaper)
     verdict = ("met" if met >= 2 * of / 3 else "NOT met") if of else "not evaluated"
     lines.append(f"- (c) xpyd fewer GPU-h than fixed-split in {met}/{of} scenarios (target ≥ 2/3: {verdict})")
+    lines += undercut_lines(results, names)
     gaps = {n: g[0] >= -0.01 if g else None for n, g in v.rival_gap.items()}
 
     def gap_text(name: str) -> str:
@@ -538,6 +543,36 @@ def verdict_lines(results: Results, gens: list[gt.GenScenario]) -> list[str]:
             "upwards only, against the best fixed split)"
         )
     return lines + foresight_lines(results, names)
+
+
+def undercuts(results: Results, name: str, row: str) -> bool:
+    """Whether `row` reaches 99 % on fewer GPU-hours than fixed-split in scenario `name`."""
+    return (
+        results.has(name, row)
+        and results.median(name, row, "goodput") >= GOODPUT_TARGET
+        and results.median(name, row, "gpu_hours") < results.median(name, "fixed-split", "gpu_hours")
+    )
+
+
+def undercut_lines(results: Results, names: list[str]) -> list[str]:
+    """Target (c) as the targets' sentence reads it (fewer GPU-hours than the fixed split *at* 99 %,
+    where the fixed split reaches it), and in how many of those any row run here, the hindsight
+    schedule included, does so: no schedule measured reaches (c) beyond that many."""
+    judged = [
+        n
+        for n in names
+        if results.has(n, "fixed-split") and results.median(n, "fixed-split", "goodput") >= GOODPUT_TARGET
+    ]
+    if not judged or not any(results.has(n, "xpyd") for n in judged):
+        return []
+    rows = results.rows() - {"fixed-split", "fixed-split-asked", "oracle-window"}
+    xpyd = sum(undercuts(results, n, "xpyd") for n in judged)
+    anyone = sum(any(undercuts(results, n, row) for row in rows) for n in judged)
+    return [
+        f"- (c) at 99 %: where fixed-split reaches 99 %, xpyd does on fewer GPU-h in {xpyd}/{len(judged)} "
+        f"(target ≥ 2/3); some row run here does in {anyone}/{len(judged)}"
+        + (", hindsight included" if "hindsight" in rows else "")
+    ]
 
 
 def _count(values: dict[str, bool | None]) -> tuple[int, int, list[str]]:
