@@ -7,9 +7,7 @@ moves one knob (docs/tuning.md, "Knobs") to the alternative a deployment would t
 start, a backlog drained four times slower, a TTFT correction four times slower. Scenarios: the drift
 day (compressed like `autoscaling.py --hours`), `mix-swing`, and `mix-swing-heavy-chat` (8 instead of
 6 req/s: the chat phase fills the decode KV cache, so a TTFT miss there is decode's). Besides the
-outcome it counts the decisions that asked one more instance for a measured TTFT p90 over the SLO
-(reason `DecodeTtftMissed` or `PrefillTtftMissed`: where the model fell short of what was measured),
-and times every `decide` call (the policy's own cost per decision). Mean and 95 % confidence
+outcome it times every `decide` call (the policy's own cost per decision). Mean and 95 % confidence
 interval (Student t) over seeds, the same seeds for every variant.
 
     .venv/bin/python benchmarks/policy_variants.py [--seeds 5] [--hours 6] [--jobs 1] [--write]
@@ -44,12 +42,8 @@ VARIANTS: dict[str, dict[str, float]] = {
     "backlog_drain_s=120": {"backlog_drain_s": 120.0},
     "calibration_s=1200": {"calibration_s": 1200.0},
 }
-TTFT_MISSED = ("DecodeTtftMissed", "PrefillTtftMissed")
 SHOWN = ("goodput", "gpu_hours", "good_requests_per_gpu_hour", "ttft_p99", "scale_ups", "conversions")
-COLUMNS = [m for m in METRICS if m[0] in SHOWN] + [
-    ("ttft_miss_asks", "decisions asking +1 for a TTFT miss", "{:.1f}"),
-    ("decide_ms", "policy ms/decision (median)", "{:.2f}"),
-]
+COLUMNS = [m for m in METRICS if m[0] in SHOWN] + [("decide_ms", "policy ms/decision (median)", "{:.2f}")]
 
 
 def scenario(key: str) -> Scenario:
@@ -60,19 +54,17 @@ SCENARIOS = ("drift", "mix-swing", "mix-swing-heavy-chat")
 
 
 class RecordingPolicy:
-    """Passes decisions through, keeping each one and the time its `decide` call took."""
+    """Passes decisions through, keeping the time each `decide` call took."""
 
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.name = inner.name
         self.seconds: list[float] = []
-        self.decisions: list[Decision] = []
 
     def decide(self, observation: Observation, limits: Limits) -> Decision:
         started = time.perf_counter()
         decision = self.inner.decide(observation, limits)
         self.seconds.append(time.perf_counter() - started)
-        self.decisions.append(decision)
         return decision
 
 
@@ -84,10 +76,7 @@ def run_variant(job: tuple[str, str, int, float]) -> Outcome:
     policy = RecordingPolicy(make_policy("xpyd", context))
     started = time.perf_counter()
     result = simulate(chosen.config, trace, policy, limits=chosen.limits)
-    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-2]}
-    metrics["ttft_miss_asks"] = float(
-        sum(any(reason in d.reasons for reason in TTFT_MISSED) for d in policy.decisions)
-    )
+    metrics = {name: float(getattr(result, name)) for name, _, _ in COLUMNS[:-1]}
     metrics["decide_ms"] = statistics.median(policy.seconds) * 1e3
     return Outcome(key, label, seed, metrics, time.perf_counter() - started)
 

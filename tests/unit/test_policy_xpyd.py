@@ -259,13 +259,6 @@ REASONS: list[tuple[str, dict[str, Any], Limits, str]] = [
     ("spare decode", {"decode": Y + 9, "prefill": X}, Limits(), "DecodeAboveNeed"),
     ("at the floor", {"decode": Y, "prefill": X}, Limits(), "DecodeWithinTolerance"),
     ("tpot missed", {"decode": Y, "prefill": X, "tpot_p90_s": 0.2}, Limits(), "DecodeTpotMissed"),
-    ("ttft missed", {"decode": Y, "prefill": X, "ttft_p90_s": 0.9}, Limits(), "PrefillTtftMissed"),
-    (
-        "ttft missed, decode full",
-        {"decode": Y, "prefill": X, "ttft_p90_s": 0.9, "decode_kv_usage": 0.99},
-        Limits(),
-        "DecodeTtftMissed",
-    ),
     ("sessions measured", {"decode_running": 500.0}, Limits(), "DecodeSessionsMeasured"),
     ("slow steps", {"tpot_mean_s": 0.09}, Limits(), "DecodeSessionsFromMeasuredTpot"),
     ("queue", {"prefill_queue": 10.0}, Limits(), "PrefillBacklog"),
@@ -355,14 +348,14 @@ def test_recommend_table() -> None:
         (
             (4, 4),
             (False, False),
-            {0: "PrefillTtftMissed"},
-            [5, 4],
-            ["PrefillTtftMissed", "DecodeWithinTolerance"],
+            {1: "DecodeTpotMissed"},
+            [4, 5],
+            ["PrefillWithinTolerance", "DecodeTpotMissed"],
         ),
         (
             (4, 4),
-            (True, False),
-            {0: "PrefillTtftMissed"},
+            (False, True),
+            {1: "DecodeTpotMissed"},
             [4, 4],
             ["PrefillWithinTolerance", "DecodeWithinTolerance"],
         ),
@@ -430,11 +423,10 @@ def test_under_a_binding_budget_a_pool_gives_what_it_no_longer_needs_once_a_conv
     assert counts(later) == (x, y) and "DecodeReleasedForConversion" in later.reasons
 
 
-def test_missed_slos_blame_the_pool_that_explains_them() -> None:
+def test_only_a_tpot_miss_asks_one_more_instance() -> None:
     base = observe(0, 4, 4, ttft_p90_s=1.0, tpot_p90_s=0.2)
-    assert missed_slos(base, 0.6, 0.1) == {0: "PrefillTtftMissed", 1: "DecodeTpotMissed"}
-    waiting = dataclasses.replace(base, tpot_p90_s=None, decode_waiting=2.0)
-    assert missed_slos(waiting, 0.6, 0.1) == {1: "DecodeTtftMissed"}
+    assert missed_slos(base, 0.1) == {1: "DecodeTpotMissed"}  # the TTFT miss is the corrections'
+    assert missed_slos(dataclasses.replace(base, tpot_p90_s=0.05), 0.1) == {}
 
 
 # ---- knobs ------------------------------------------------------------------------------------------

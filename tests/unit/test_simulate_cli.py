@@ -76,9 +76,9 @@ def test_knobs_reach_the_policy(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     path = tmp_path / "small.yaml"
     path.write_text(SMALL_STEP, encoding="utf-8")
     default = run_json(capsys, "--scenario", str(path), "--policy", "xpyd")
-    # No stabilisation window: a pool sized above its need shrinks at once, fewer GPU-hours.
-    knobbed = run_json(capsys, "--scenario", str(path), "--policy", "xpyd", "--knob", "down_window_s=0")
-    assert (default["knobs"], knobbed["knobs"]) == ({}, {"down_window_s": 0.0})
+    # No tolerance band: a pool above its need shrinks to exactly the need, fewer GPU-hours.
+    knobbed = run_json(capsys, "--scenario", str(path), "--policy", "xpyd", "--knob", "tolerance=0")
+    assert (default["knobs"], knobbed["knobs"]) == ({}, {"tolerance": 0.0})
     assert knobbed["gpu_hours"] < default["gpu_hours"]
 
 

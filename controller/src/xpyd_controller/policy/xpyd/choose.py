@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 from xpyd_controller.policy.types import Limits, Observation
-from xpyd_controller.policy.xpyd.correction import decode_explains_ttft
 from xpyd_controller.policy.xpyd.need import Need
 
 ROLES = ("Prefill", "Decode")
@@ -26,30 +25,22 @@ class Pools:
     in_flight: tuple[bool, bool]
 
 
-def _missed(measured: float | None, slo: float) -> bool:
-    return measured is not None and math.isfinite(measured) and measured > slo
-
-
-def missed_slos(observation: Observation, ttft_slo_s: float, tpot_slo_s: float) -> dict[int, str]:
-    """Pool index → reason, for each measured p90 over its SLO, in the pool that explains it: TPOT is
-    decode's; TTFT is decode's while requests wait on it or its KV is full, else prefill's."""
-    missed = {}
-    if _missed(observation.tpot_p90_s, tpot_slo_s):
-        missed[1] = "DecodeTpotMissed"
-    if _missed(observation.ttft_p90_s, ttft_slo_s):
-        if decode_explains_ttft(observation):
-            missed.setdefault(1, "DecodeTtftMissed")
-        else:
-            missed[0] = "PrefillTtftMissed"
-    return missed
+def missed_slos(observation: Observation, tpot_slo_s: float) -> dict[int, str]:
+    """Pool index → reason, for a measured TPOT p90 over its SLO: the TPOT roofline that caps decode's
+    batch is the one prediction no correction learns (TTFT's errors reach the sizes through the
+    prefill and KV corrections and the backlog)."""
+    measured = observation.tpot_p90_s
+    if measured is not None and math.isfinite(measured) and measured > tpot_slo_s:
+        return {1: "DecodeTpotMissed"}
+    return {}
 
 
 def recommend(
     pools: Pools, need: Need, *, partial: bool, missed: dict[int, str]
 ) -> tuple[list[int], list[str]]:
     """Per pool: up to the floor when below it; down to `keep` when above it (not on partial data, not
-    while in flight); else hold. A measured miss at or above the floor asks for one more instance (the
-    model was optimistic), unless the pool is already growing."""
+    while in flight); else hold. A measured miss (`missed_slos`) at or above the floor asks for one more
+    instance (the model was optimistic), unless the pool is already growing."""
     counts, reasons = [], []
     for index, role in enumerate(ROLES):
         have, floor, keep = pools.supply[index], need.floor[index], need.keep[index]

@@ -10,7 +10,7 @@ Each decision, in order:
 3. correction (`correction.py`): the factor on prefill load that makes the model's TTFT p90 match
    the measured one on the serving pool;
 4. need (`need.py`): the capacity model's floor and the size to shrink to, for both pools;
-5. proposals (`choose.py`): up to the floor, down to the band, one more where a measured p90 missed;
+5. proposals (`choose.py`): up to the floor, down to the band, one more decode where TPOT missed;
    after a fast fall below the usual load, no smaller than the fleet before it (`returning.py`);
 6. the HPA rails (`layers.py`): stabilisation windows, min/max and the GPU budget, rate limits; the
    down window holds what the arrivals need, not growth for the backlog (it drains once) nor a
@@ -123,7 +123,7 @@ class XpydPolicy:
         if isinstance(demand, str):
             return Decision(None, None, binding="missing_data", reasons=(demand, *filter(None, reasons)))
         need, learned = self._need(observation, demand)
-        missed = missed_slos(observation, ctx.ttft_slo_s, ctx.tpot_slo_s)
+        missed = missed_slos(observation, ctx.tpot_slo_s)
         recommended, proposed = recommend(pools, need, partial=demand.partial, missed=missed)
         # What the down window holds: the arrivals' need, not growth for the backlog (it drains once)
         # nor a pool held at its supply while instances start or drain.
