@@ -118,6 +118,20 @@ def conversion_manifest(
     }
 
 
+# What vLLM's NIXL worker logs for a pull whose handshake with the prefill engine failed (nixl/base_worker.py).
+HANDSHAKE_FAILED = "NIXL transfer failure: handshake_failed"
+REQUEST_ID_FIELD = "'request_id': '"
+
+
+def handshake_failures(log: str) -> set[str]:
+    """The request ids of an engine log's `HANDSHAKE_FAILED` lines (vLLM logs one per failed pull)."""
+    return {
+        line.split(REQUEST_ID_FIELD, 1)[1].split("'", 1)[0]
+        for line in log.splitlines()
+        if HANDSHAKE_FAILED in line and REQUEST_ID_FIELD in line
+    }
+
+
 @dataclass
 class Outcome:
     """One request through the router: when, how it ended, and what came back."""
@@ -251,6 +265,10 @@ class ConversionStack:
         params = prefilled.get("kv_transfer_params")
         assert params, f"{prefilling} answered no kv_transfer_params: {prefilled}"
         _complete(engines[decoding].url, {**body, "max_tokens": OUTPUT_TOKENS, "kv_transfer_params": params})
+
+    def handshake_failures(self, pod: str) -> set[str]:
+        """The requests whose KV pull `pod` logged as failed at NIXL's handshake."""
+        return handshake_failures(self.engines.by_pod()[pod].running.log_path.read_text(errors="replace"))
 
     def in_flight(self) -> dict[str, int | None]:
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from e2e.harness.vllm_conversion import handshake_failures
 from e2e.harness.vllm_engine import container_process
 from e2e.harness.vllm_stack import static_router_args, tiny_pdd
 
@@ -38,3 +39,19 @@ def test_static_router_args_swap_only_the_discovery() -> None:
     assert args[-4:] == ["--prefill", "http://p:1", "--decode", "http://d:1"]
     assert args[args.index("--kv-connector") + 1] == "nixl"
     assert args[: args.index("--service-discovery") if "--service-discovery" in args else 5] == rendered[:5]
+
+
+def test_handshake_failures_are_read_from_vllms_own_log_lines() -> None:
+    failed = "cmpl-___prefill_addr_127.186.1.6:56467___decode_addr_127.186.0.3:56467_04ba5517"
+    log = "\n".join(
+        [
+            "(Worker pid=2601) ERROR 12-08 01:19:30 [base_worker.py:1318] zmq.error.Again: Resource "
+            "temporarily unavailable",
+            "(Worker pid=2601) ERROR 12-08 01:19:30 [base_worker.py:1354] NIXL transfer failure: "
+            f"handshake_failed | Context: {{'failure_type': 'handshake_failed', 'request_id': '{failed}'}}",
+            "(Worker pid=2601) ERROR 12-08 01:19:30 [base_worker.py:1354] Traceback (most recent call last):",
+            'INFO:     127.0.0.1:38128 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error',
+        ]
+    )
+    assert handshake_failures(log) == {failed}
+    assert handshake_failures("INFO: all requests served") == set()
