@@ -164,8 +164,9 @@ def test_operator_converts_a_real_prefill_engine_to_decode(
     # HANDSHAKE_ATTEMPTS, are set aside; any other failed request fails the test.
     handshakes = stack.handshake_failures(name) if method == "InPlace" else set()
     assert len(handshakes) <= HANDSHAKE_ATTEMPTS, f"{name} failed {len(handshakes)} handshakes: {handshakes}"
-    excused = [o for o in traffic.failures() if o.status == 500][: len(handshakes)]
-    failures = [o for o in traffic.failures() if o not in excused]
+    failed = traffic.failures()
+    excused = [o for o in failed if o.status == 500][: len(handshakes)]
+    failures = [o for o in failed if o not in excused]
     during = [o for o in traffic.outcomes if o.ended > asked and o.started < settled]
     after = [o for o in traffic.outcomes[mark:] if o not in excused]
     print(
